@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Builds the local images that sandboxd's tests run, without any registry.
+#
+# Usage: images/build.sh [--force] [NAME...]
+#
+# NAME is a recipe directory under images/ (default: all of them). Each recipe
+# images/NAME/build.sh OUTDIR writes a root filesystem to OUTDIR/rootfs and the
+# image settings to OUTDIR/changes (one Dockerfile instruction per line); this
+# script imports that with `docker import`, tags it and checks that it runs.
+#
+# An image is skipped when its first tag already holds a build of the current
+# recipe (the recipe's hash is kept in the image's comment), so running this
+# again is cheap and a changed recipe is rebuilt. --force rebuilds anyway.
+# Run as root (debootstrap needs it).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+
+# Recipes in build order, and the tags each one gets; the first tag is primary.
+recipes=(busybox noshell code-interpreter)
+declare -A tags=(
+	[busybox]="sandboxd-test/busybox:latest"
+	[noshell]="sandboxd-test/noshell:latest"
+	[code-interpreter]="opensandbox/code-interpreter:v1.1.0 sandboxd-test/code-interpreter:latest"
+)
+
+log() { printf '==> %s\n' "$*"; }
+die() {
+	printf 'images/build.sh: %s\n' "$*" >&2
+	exit 1
+}
+
+# recipe_hash prints a digest of every file of a recipe.
+recipe_hash() {
+	(cd "$here/$1" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) |
+		sha256sum | cut -c1-16
+}
+
+# image_comment prints the comment of an image, or nothing if it is absent.
+image_comment() {
+	docker image inspect --format '{{.Comment}}' "$1" 2>/dev/null || true
+}
+
+# verify runs the built image the way the tests use it.
+verify() {
+	local name=$1 tag=$2 out cid
+	case $name in
+	busybox)
+		out=$(docker run --rm --network none "$tag" sh -c 'echo ok')
+		[ "$out" = ok ] || die "$tag: sh -c 'echo ok' printed '$out'"
+		;;
+	noshell)
+		cid=$(docker run -d --network none "$tag")
+		# docker stop must not need its kill timeout: /pause exits on SIGTERM.
+		if [ "$(docker inspect --format '{{.State.Running}}' "$cid")" != true ] ||
+			! docker stop --time 30 "$cid" >/dev/null ||
+			[ "$(docker inspect --format '{{.State.ExitCode}}' "$cid")" != 0 ]; then
+			docker logs "$cid" >&2 || true
+			docker rm -f "$cid" >/dev/null
+			die "$tag: /pause did not run and stop cleanly"
+		fi
+		docker rm "$cid" >/dev/null
+		;;
+	code-interpreter)
+		docker run --rm --network none "$tag" bash -c '
+			set -e
+			python3 -c "import pandas, seaborn, matplotlib"
+			python --version
+			grep --version | head -n 1 | grep -q "GNU grep"
+			test -x /opt/code-interpreter/code-interpreter.sh
+			test -d /workspace
+		' >/dev/null || die "$tag: check of python3, pandas, seaborn, matplotlib, GNU grep failed"
+		;;
+	*) die "no check for recipe $name" ;;
+	esac
+}
+
+build() {
+	local name=$1
+	local -a names
+	read -r -a names <<<"${tags[$name]}"
+	local primary=${names[0]} want start old
+	want="sandboxd-recipe $name $(recipe_hash "$name")"
+	old=$(docker image inspect --format '{{.Id}}' "$primary" 2>/dev/null || true)
+
+	if [ "$force" = 0 ] && [ "$(image_comment "$primary")" = "$want" ]; then
+		for t in "${names[@]:1}"; do docker tag "$primary" "$t"; done
+		log "$name: ${names[*]} up to date, skipped"
+		return
+	fi
+
+	log "$name: building ${names[*]}"
+	start=$SECONDS
+	work=$(mktemp -d "${TMPDIR:-/tmp}/sandboxd-image-$name.XXXXXX")
+	bash "$here/$name/build.sh" "$work" || die "$name: recipe failed"
+
+	local -a changes=()
+	local line
+	while IFS= read -r line; do
+		[ -n "$line" ] && changes+=(--change "$line")
+	done <"$work/changes"
+	tar --numeric-owner -C "$work/rootfs" -c . |
+		docker import "${changes[@]}" --message "$want" - "$primary" >/dev/null ||
+		die "$name: docker import failed"
+	for t in "${names[@]:1}"; do docker tag "$primary" "$t"; done
+	rm -rf "$work"
+	work=
+
+	verify "$name" "$primary"
+	# The previous build is now untagged; reclaim its space unless a
+	# container still uses it.
+	if [ -n "$old" ] && [ "$old" != "$(docker image inspect --format '{{.Id}}' "$primary")" ]; then
+		docker rmi "$old" >/dev/null 2>&1 || true
+	fi
+	log "$name: built ${names[*]} in $((SECONDS - start))s"
+}
+
+force=0
+selected=()
+for arg in "$@"; do
+	case $arg in
+	--force) force=1 ;;
+	-h | --help)
+		sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"
+		exit 0
+		;;
+	-*) die "unknown option $arg" ;;
+	*)
+		[ -n "${tags[$arg]:-}" ] || die "unknown image $arg (have: ${recipes[*]})"
+		selected+=("$arg")
+		;;
+	esac
+done
+[ ${#selected[@]} -gt 0 ] || selected=("${recipes[@]}")
+
+docker info >/dev/null 2>&1 || die "the Docker engine is not reachable"
+work=
+trap '[ -z "$work" ] || rm -rf "$work"' EXIT
+total=$SECONDS
+for name in "${selected[@]}"; do
+	build "$name"
+done
+log "images ready in $((SECONDS - total))s"
