@@ -1,0 +1,208 @@
+// Package config loads sandboxd's configuration: a TOML file whose section and key names
+// follow opensandbox-server's where they apply, plus sandboxd's own keys, with defaults and
+// environment overrides, validated into one typed Config handed to everything at start.
+//
+// Only fields with a toml tag are read from the file; the others are set by Load itself
+// (Path, Ignored) or by the caller (Server.Insecure).
+package config
+
+import (
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the whole resolved configuration.
+type Config struct {
+	Server    Server    `toml:"server"`
+	Log       Log       `toml:"log"`
+	Runtime   Runtime   `toml:"runtime"`
+	Docker    Docker    `toml:"docker"`
+	Storage   Storage   `toml:"storage"`
+	Lifecycle Lifecycle `toml:"lifecycle"`
+	Store     Store     `toml:"store"`
+	Pools     []Pool    `toml:"pool"` // [[pool]] tables
+
+	Path    string   // file it was loaded from ("" if none)
+	Ignored []string // dotted keys present in the file that sandboxd does not use, for logging
+}
+
+// Server is the [server] section: the HTTP listener and its authentication.
+type Server struct {
+	// Host is the listen address. Unlike upstream (0.0.0.0), sandboxd listens on loopback
+	// unless told otherwise.
+	Host string `toml:"host"`
+	Port int    `toml:"port"`
+	// APIKey is required in the OPEN-SANDBOX-API-KEY header; env OPENSANDBOX_SERVER_API_KEY
+	// overrides it.
+	APIKey string `toml:"api_key"`
+	// APIKeys are further accepted keys, so that a key can be rotated without downtime.
+	APIKeys []string `toml:"api_keys"`
+	// EIP is the public host put into returned endpoints.
+	EIP string `toml:"eip"`
+	// MaxSandboxTimeoutSeconds caps a sandbox's requested timeout; 0 = no cap.
+	MaxSandboxTimeoutSeconds int      `toml:"max_sandbox_timeout_seconds"`
+	CORSOrigins              []string `toml:"cors_origins"`
+	// MaxBodyBytes bounds JSON request bodies; file uploads stream and are not bound by it.
+	MaxBodyBytes int64 `toml:"max_body_bytes"`
+	// Insecure allows starting without an API key (loopback only). It is never read from
+	// the file: flag --insecure or env OPENSANDBOX_INSECURE_SERVER=YES sets it.
+	Insecure bool
+}
+
+// Log is the [log] section.
+type Log struct {
+	// Level is DEBUG, INFO, WARN (or WARNING) or ERROR; Load upper-cases it.
+	Level string `toml:"level"`
+}
+
+// SlogLevel returns Level as a slog level; INFO for a level Load would have refused.
+func (l Log) SlogLevel() slog.Level {
+	level, _ := parseLevel(l.Level)
+	return level
+}
+
+func parseLevel(s string) (slog.Level, bool) {
+	switch strings.ToUpper(s) {
+	case "DEBUG":
+		return slog.LevelDebug, true
+	case "INFO":
+		return slog.LevelInfo, true
+	case "WARN", "WARNING":
+		return slog.LevelWarn, true
+	case "ERROR":
+		return slog.LevelError, true
+	}
+	return slog.LevelInfo, false
+}
+
+// Runtime is the [runtime] section. Only "docker" exists today.
+type Runtime struct {
+	Type string `toml:"type"`
+}
+
+// Docker is the [docker] section: how sandboxes are created on the Docker Engine.
+type Docker struct {
+	// Host is the Docker endpoint; "" = env DOCKER_HOST, else the local unix socket.
+	Host string `toml:"host"`
+	// NetworkMode is "bridge", "none" or a user-defined network name; never "host".
+	NetworkMode string `toml:"network_mode"`
+	// HostIP is the address reported for sandboxes when sandboxd itself runs in a container
+	// and listens on a wildcard address.
+	HostIP           string   `toml:"host_ip"`
+	APITimeout       Duration `toml:"api_timeout"`
+	DropCapabilities []string `toml:"drop_capabilities"`
+	AddCapabilities  []string `toml:"add_capabilities"`
+	NoNewPrivileges  bool     `toml:"no_new_privileges"`
+	// PidsLimit bounds the processes of one sandbox; 0 = no limit.
+	PidsLimit int64 `toml:"pids_limit"`
+	// SeccompProfile and ApparmorProfile name profiles; "" = Docker's default profile.
+	SeccompProfile  string `toml:"seccomp_profile"`
+	ApparmorProfile string `toml:"apparmor_profile"`
+	// DefaultMemory and DefaultCPU apply when a request sets no resource limits.
+	DefaultMemory  string `toml:"default_memory"`
+	DefaultCPU     string `toml:"default_cpu"`
+	ReadOnlyRootfs bool   `toml:"read_only_rootfs"`
+	// User runs sandboxes as this user (e.g. "1000:1000"); "" = the image's user.
+	User string `toml:"user"`
+	// OCIRuntime is the Docker runtime name (e.g. "runsc"); also read from upstream's
+	// [secure_runtime] docker_runtime.
+	OCIRuntime string `toml:"runtime"`
+}
+
+// Storage is the [storage] section: what sandboxes may mount.
+type Storage struct {
+	// AllowedHostPaths are the host directories under which bind mounts are allowed;
+	// empty denies all host mounts.
+	AllowedHostPaths []string `toml:"allowed_host_paths"`
+	// AllowedVolumes are named volumes usable besides those sandboxd created.
+	AllowedVolumes []string `toml:"allowed_volumes"`
+}
+
+// Lifecycle is the [lifecycle] section.
+type Lifecycle struct {
+	// IdleTimeout removes sandboxes idle this long; 0 = off.
+	IdleTimeout    Duration `toml:"idle_timeout"`
+	ReaperInterval Duration `toml:"reaper_interval"`
+	// InstanceID labels this instance's containers; "" = derived and persisted by the caller.
+	InstanceID string `toml:"instance_id"`
+}
+
+// Store is the [store] section: where sandboxd keeps its state.
+type Store struct {
+	Dir string `toml:"dir"`
+}
+
+// Pool is one [[pool]] table: a number of sandboxes kept warm from one image.
+type Pool struct {
+	Name           string            `toml:"name"`
+	Image          string            `toml:"image"`
+	Size           int               `toml:"size"`
+	Entrypoint     []string          `toml:"entrypoint"`
+	ResourceLimits map[string]string `toml:"resource_limits"`
+	Env            map[string]string `toml:"env"`
+}
+
+// Duration is a time.Duration written in TOML as integer seconds or as a Go duration
+// string such as "30m".
+type Duration struct{ time.Duration }
+
+// Default returns the configuration used for every key the file does not set.
+func Default() Config {
+	return Config{
+		Server: Server{
+			Host:         "127.0.0.1",
+			Port:         8080,
+			MaxBodyBytes: 1 << 20,
+		},
+		Log:     Log{Level: "INFO"},
+		Runtime: Runtime{Type: "docker"},
+		Docker: Docker{
+			NetworkMode:      "bridge",
+			APITimeout:       Duration{180 * time.Second},
+			DropCapabilities: []string{"ALL"},
+			// Docker's default set minus AUDIT_WRITE, MKNOD, NET_RAW, SETFCAP and SYS_CHROOT:
+			// what a root shell needs to install packages and run ordinary programs.
+			AddCapabilities: []string{
+				"CHOWN",            // change file owners (package managers, tar)
+				"DAC_OVERRIDE",     // root bypasses file permission bits, as usual
+				"FOWNER",           // chmod/utime files root does not own
+				"FSETID",           // keep setuid/setgid bits when root edits a file
+				"KILL",             // signal processes of other users in the sandbox
+				"SETGID",           // switch group (su, sudo, daemons dropping privileges)
+				"SETUID",           // switch user (same)
+				"SETPCAP",          // drop capabilities from its own bounding set
+				"NET_BIND_SERVICE", // bind ports below 1024 inside the sandbox
+			},
+			NoNewPrivileges: true,
+			PidsLimit:       4096,
+			DefaultMemory:   "2Gi",
+			DefaultCPU:      "1",
+		},
+		Lifecycle: Lifecycle{ReaperInterval: Duration{5 * time.Second}},
+		Store:     Store{Dir: "~/.sandboxd"},
+	}
+}
+
+// APIKeysAll returns every accepted API key: APIKey then APIKeys, trimmed, without empty
+// entries or duplicates.
+func (c Config) APIKeysAll() []string {
+	var keys []string
+	seen := make(map[string]bool)
+	for _, k := range append([]string{c.Server.APIKey}, c.Server.APIKeys...) {
+		k = strings.TrimSpace(k)
+		if k == "" || seen[k] {
+			continue
+		}
+		seen[k] = true
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// Addr returns the listen address host:port, bracketing IPv6 hosts.
+func (c Config) Addr() string {
+	return net.JoinHostPort(c.Server.Host, strconv.Itoa(c.Server.Port))
+}

@@ -1,0 +1,85 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// validate reports every invalid value at once, each error naming its key.
+func (c Config) validate() error {
+	var errs []error
+	check := func(ok bool, key, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+		}
+	}
+
+	s := c.Server
+	check(s.Host != "", "server.host", `must not be empty; use "0.0.0.0" to listen on all interfaces`)
+	check(s.Port >= 1 && s.Port <= 65535, "server.port", "must be between 1 and 65535, got %d", s.Port)
+	check(s.MaxSandboxTimeoutSeconds == 0 || s.MaxSandboxTimeoutSeconds >= 60,
+		"server.max_sandbox_timeout_seconds", "must be 0 (no cap) or at least 60, got %d", s.MaxSandboxTimeoutSeconds)
+	check(s.MaxBodyBytes > 0, "server.max_body_bytes", "must be positive, got %d", s.MaxBodyBytes)
+
+	_, ok := parseLevel(c.Log.Level)
+	check(ok, "log.level", "must be DEBUG, INFO, WARN or ERROR, got %q", c.Log.Level)
+	check(c.Runtime.Type == "docker", "runtime.type", `%q is not supported; the only runtime is "docker"`, c.Runtime.Type)
+
+	d := c.Docker
+	check(d.NetworkMode != "", "docker.network_mode", `must not be empty; use "bridge", "none" or a network name`)
+	check(d.NetworkMode != "host", "docker.network_mode",
+		`"host" is refused: sandboxes would share the host's network stack and reach every service on it, `+
+			`defeating isolation; sandboxd proxies all execd traffic, so no host networking is needed; use "bridge", "none" or a network name`)
+	check(!strings.HasPrefix(d.NetworkMode, "container:"), "docker.network_mode",
+		"%q is refused: sharing another container's network namespace defeats sandbox isolation", d.NetworkMode)
+	check(d.APITimeout.Duration > 0, "docker.api_timeout", "must be positive")
+	check(d.PidsLimit >= 0, "docker.pids_limit", "must not be negative (0 = no limit), got %d", d.PidsLimit)
+	for i, name := range d.DropCapabilities {
+		check(isCapability(name), fmt.Sprintf("docker.drop_capabilities[%d]", i), "%q is not a capability name such as \"ALL\" or \"NET_RAW\"", name)
+	}
+	for i, name := range d.AddCapabilities {
+		check(isCapability(name), fmt.Sprintf("docker.add_capabilities[%d]", i), "%q is not a capability name such as \"CHOWN\"", name)
+	}
+
+	for i, p := range c.Storage.AllowedHostPaths {
+		check(filepath.IsAbs(p), fmt.Sprintf("storage.allowed_host_paths[%d]", i), "%q is not an absolute path", p)
+	}
+	for i, v := range c.Storage.AllowedVolumes {
+		key := fmt.Sprintf("storage.allowed_volumes[%d]", i)
+		check(v != "", key, "must not be empty")
+		check(!strings.Contains(v, "/"), key, "%q is a path, not a volume name; host directories go in storage.allowed_host_paths", v)
+	}
+
+	check(c.Lifecycle.ReaperInterval.Duration > 0, "lifecycle.reaper_interval", "must be positive")
+	check(filepath.IsAbs(c.Store.Dir), "store.dir", "%q is not an absolute path (~/ is allowed)", c.Store.Dir)
+
+	first := make(map[string]int) // pool name -> index of its first use
+	for i, p := range c.Pools {
+		key := fmt.Sprintf("pool[%d]", i)
+		check(p.Name != "", key+".name", "must not be empty")
+		j, dup := first[p.Name]
+		check(!dup || p.Name == "", key+".name", "%q is also the name of pool[%d]", p.Name, j)
+		if !dup {
+			first[p.Name] = i
+		}
+		check(p.Image != "", key+".image", "must not be empty")
+		check(p.Size >= 0, key+".size", "must not be negative, got %d", p.Size)
+	}
+	return errors.Join(errs...)
+}
+
+// isCapability reports whether name looks like a Linux capability as Docker accepts it:
+// letters and underscores, with or without the CAP_ prefix, or ALL.
+func isCapability(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		if (r < 'A' || r > 'Z') && (r < 'a' || r > 'z') && r != '_' {
+			return false
+		}
+	}
+	return true
+}
