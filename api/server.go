@@ -1,0 +1,258 @@
+// Package api serves the OpenSandbox lifecycle API and the proxy route into
+// sandboxes over HTTP: routes, authentication, wire models and errors. It
+// holds no sandbox state; lifecycle does.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/lifecycle"
+)
+
+// Header names of the OpenSandbox API.
+const (
+	headerAPIKey    = "OPEN-SANDBOX-API-KEY"
+	headerRequestID = "X-Request-ID"
+)
+
+// Health reports whether the container engine answers.
+type Health interface {
+	Ping(ctx context.Context) error
+}
+
+// Server is the HTTP face of sandboxd.
+type Server struct {
+	cfg    config.Config
+	mgr    *lifecycle.Manager
+	health Health
+	log    *slog.Logger
+	keys   [][]byte
+	router *mux.Router
+}
+
+// New builds the handler tree.
+func New(cfg config.Config, mgr *lifecycle.Manager, health Health, log *slog.Logger) *Server {
+	s := &Server{cfg: cfg, mgr: mgr, health: health, log: log, router: mux.NewRouter()}
+	for _, k := range cfg.APIKeysAll() {
+		s.keys = append(s.keys, []byte(k))
+	}
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	r := s.router
+	r.UseEncodedPath()
+	r.SkipClean(true)
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, http.StatusNotFound, "GENERAL::NOT_FOUND", "Not Found: no route "+r.Method+" "+r.URL.Path)
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, http.StatusMethodNotAllowed, "GENERAL::METHOD_NOT_ALLOWED", "Method Not Allowed: "+r.Method+" "+r.URL.Path)
+	})
+	r.HandleFunc("/health", s.handleHealth).Methods(http.MethodGet)
+	for _, prefix := range []string{"", "/v1"} {
+		p := r.PathPrefix(prefix).Subrouter()
+		p.HandleFunc("/sandboxes/{id}/proxy/{port:[0-9]+}", s.handleProxy)
+		p.HandleFunc("/sandboxes/{id}/proxy/{port:[0-9]+}/{rest:.*}", s.handleProxy)
+		p.HandleFunc("/sandboxes", s.handleCreate).Methods(http.MethodPost)
+		p.HandleFunc("/sandboxes", s.handleList).Methods(http.MethodGet)
+		p.HandleFunc("/sandboxes/{id}", s.handleGet).Methods(http.MethodGet)
+		p.HandleFunc("/sandboxes/{id}", s.handleDelete).Methods(http.MethodDelete)
+		p.HandleFunc("/sandboxes/{id}/metadata", s.handlePatchMetadata).Methods(http.MethodPatch)
+		p.HandleFunc("/sandboxes/{id}/pause", s.handlePause).Methods(http.MethodPost)
+		p.HandleFunc("/sandboxes/{id}/resume", s.handleResume).Methods(http.MethodPost)
+		p.HandleFunc("/sandboxes/{id}/renew-expiration", s.handleRenew).Methods(http.MethodPost)
+		p.HandleFunc("/sandboxes/{id}/endpoints/{port}", s.handleEndpoint).Methods(http.MethodGet)
+		p.HandleFunc("/sandboxes/{id}/snapshots", s.handleCreateSnapshot).Methods(http.MethodPost)
+		p.HandleFunc("/snapshots", s.handleListSnapshots).Methods(http.MethodGet)
+		p.HandleFunc("/snapshots/{id}", s.handleGetSnapshot).Methods(http.MethodGet)
+		p.HandleFunc("/snapshots/{id}", s.handleDeleteSnapshot).Methods(http.MethodDelete)
+		p.HandleFunc("/sandboxes/{id}/diagnostics/logs", s.handleLogs).Methods(http.MethodGet)
+		p.HandleFunc("/sandboxes/{id}/diagnostics/{what}", s.handleDiagnosticsNotImplemented).Methods(http.MethodGet)
+		p.HandleFunc("/pools", s.handlePoolsNotSupported)
+		p.HandleFunc("/pools/{name}", s.handlePoolsNotSupported)
+	}
+}
+
+// ServeHTTP runs the middleware chain: request id, panic guard, CORS,
+// access log, authentication, then the routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := strings.TrimSpace(r.Header.Get(headerRequestID))
+	if id == "" || len(id) > 128 {
+		id = newRequestID()
+	}
+	w.Header().Set(headerRequestID, id)
+	r = r.WithContext(withRequestID(r.Context(), id))
+	rec := &statusRecorder{ResponseWriter: w}
+	start := time.Now()
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("panic in handler", "request_id", id, "method", r.Method, "path", r.URL.Path, "panic", v)
+			if rec.status == 0 {
+				writeError(rec, r, http.StatusInternalServerError, lifecycle.CodeGeneral, "internal error; see the server log for request "+id)
+			}
+		}
+		level := slog.LevelInfo
+		if strings.Contains(r.URL.Path, "/proxy/") || r.URL.Path == "/health" {
+			level = slog.LevelDebug
+		}
+		s.log.Log(r.Context(), level, "request", "request_id", id, "method", r.Method, "path", r.URL.Path,
+			"status", rec.code(), "duration_ms", time.Since(start).Milliseconds())
+	}()
+	if s.cors(rec, r) {
+		return
+	}
+	if !s.authorize(rec, r) {
+		return
+	}
+	s.router.ServeHTTP(rec, r)
+}
+
+// cors adds CORS headers for configured origins only; it answers
+// preflights itself and reports whether it did.
+func (s *Server) cors(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" || !slices.Contains(s.cfg.Server.CORSOrigins, origin) {
+		return false
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	h.Set("Access-Control-Allow-Credentials", "true")
+	h.Set("Access-Control-Expose-Headers", headerRequestID)
+	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+		h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE")
+		if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {
+			h.Set("Access-Control-Allow-Headers", req)
+		}
+		h.Set("Access-Control-Max-Age", "600")
+		w.WriteHeader(http.StatusNoContent)
+		return true
+	}
+	return false
+}
+
+// isProxyPath reports whether path is a sandbox proxy route, which has its
+// own per-sandbox authorisation.
+func isProxyPath(path string) bool {
+	p := strings.TrimPrefix(path, "/v1")
+	if !strings.HasPrefix(p, "/sandboxes/") {
+		return false
+	}
+	parts := strings.SplitN(strings.TrimPrefix(p, "/sandboxes/"), "/", 4)
+	return len(parts) >= 3 && parts[1] == "proxy" && parts[2] != ""
+}
+
+// validKey compares k with every configured key in constant time.
+func (s *Server) validKey(k string) bool {
+	ok := 0
+	for _, key := range s.keys {
+		ok |= subtle.ConstantTimeCompare([]byte(k), key)
+	}
+	return ok == 1
+}
+
+// authorize enforces the API key on everything but /health and the proxy
+// route (checked by the proxy handler against the sandbox's token).
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
+	if len(s.keys) == 0 || r.URL.Path == "/health" || isProxyPath(r.URL.Path) {
+		return true
+	}
+	key := r.Header.Get(headerAPIKey)
+	if key == "" {
+		writeError(w, r, http.StatusUnauthorized, "MISSING_API_KEY", "Authentication credentials are missing. Provide API key via OPEN-SANDBOX-API-KEY header.")
+		return false
+	}
+	if !s.validKey(key) {
+		writeError(w, r, http.StatusUnauthorized, "INVALID_API_KEY", "Authentication credentials are invalid. Check your API key and try again.")
+		return false
+	}
+	return true
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if err := s.health.Ping(r.Context()); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unhealthy", "docker": "unreachable", "message": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "healthy"})
+}
+
+func (s *Server) handlePoolsNotSupported(w http.ResponseWriter, r *http.Request) {
+	writeError(w, r, http.StatusNotImplemented, "KUBERNETES::POOL_NOT_SUPPORTED", "Pools are not available yet in sandboxd.")
+}
+
+func (s *Server) handleDiagnosticsNotImplemented(w http.ResponseWriter, r *http.Request) {
+	writeError(w, r, http.StatusNotImplemented, lifecycle.CodeDiagnosticsNotImpl, "Only diagnostics/logs is implemented by sandboxd.")
+}
+
+type ctxKey struct{}
+
+func withRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, ctxKey{}, id)
+}
+
+// requestID returns the request's id for logs.
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(ctxKey{}).(string)
+	return id
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// statusRecorder remembers the status for the access log and keeps the
+// optional interfaces (Flusher, Hijacker) the proxy needs.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) code() int {
+	if s.status == 0 {
+		return http.StatusOK
+	}
+	return s.status
+}
+
+// Unwrap lets http.ResponseController reach Flush and Hijack.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush forwards to the underlying writer (streaming responses).
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}

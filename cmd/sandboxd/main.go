@@ -1,0 +1,198 @@
+// Command sandboxd is a self-hosted sandbox runtime for AI agents that
+// serves the OpenSandbox API on the Docker Engine.
+//
+//	sandboxd [--config PATH] [--insecure]    serve (default)
+//	sandboxd init-config [PATH] [--example docker] [--force]
+//	sandboxd version
+//	sandboxd agent                            (runs inside sandboxes)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/lifecycle"
+	"github.com/sandboxd/sandboxd/runtime/agent"
+	"github.com/sandboxd/sandboxd/runtime/docker"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	args := os.Args[1:]
+	cmd := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "", "serve":
+		err = serve(args)
+	case "init-config":
+		err = initConfig(args)
+	case "version":
+		fmt.Println("sandboxd", version)
+	case "agent":
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		err = agent.Run(context.Background(), os.Stdin, os.Stdout, log)
+	default:
+		err = fmt.Errorf("unknown command %q (commands: serve, init-config, version, agent)", cmd)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd:", err)
+		os.Exit(1)
+	}
+}
+
+// initConfig writes a working, secure config file.
+func initConfig(args []string) error {
+	flags := flag.NewFlagSet("init-config", flag.ContinueOnError)
+	example := flags.String("example", "docker", "example to write (docker)")
+	force := flags.Bool("force", false, "overwrite an existing file")
+	var positional []string
+	for len(args) > 0 {
+		if err := flags.Parse(args); err != nil {
+			return err
+		}
+		args = flags.Args()
+		if len(args) > 0 {
+			positional = append(positional, args[0])
+			args = args[1:]
+		}
+	}
+	if len(positional) > 1 {
+		return errors.New("init-config takes at most one PATH")
+	}
+	path := config.DefaultPath
+	if len(positional) == 1 {
+		path = positional[0]
+	}
+	path, _ = config.ResolvePath(path)
+	if _, err := config.WriteExample(path, *example, *force); err != nil {
+		return err
+	}
+	fmt.Printf("Wrote example config (%s) to %s with a new API key (mode 0600).\n", *example, path)
+	fmt.Printf("Start the server with: sandboxd --config %s\n", path)
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func serve(args []string) error {
+	flags := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
+	configPath := flags.String("config", "", "config file (default $SANDBOX_CONFIG_PATH or ~/.sandbox.toml)")
+	insecure := flags.Bool("insecure", false, "allow running without an API key (loopback only)")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	path, explicit := config.ResolvePath(*configPath)
+	cfg, err := config.Load(path)
+	if errors.Is(err, fs.ErrNotExist) && !explicit {
+		cfg, err = config.Load("")
+	}
+	if err != nil {
+		return err
+	}
+	if *insecure {
+		cfg.Server.Insecure = true
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.Log.SlogLevel()}))
+	for _, k := range cfg.Ignored {
+		log.Info("ignored config key (not used by sandboxd)", "key", k)
+	}
+	if len(cfg.APIKeysAll()) == 0 {
+		if !cfg.Server.Insecure {
+			return fmt.Errorf("no API key configured; refusing to start an open server.\n" +
+				"  Create a config with a fresh key:   sandboxd init-config\n" +
+				"  or set [server] api_key, or env OPENSANDBOX_SERVER_API_KEY.\n" +
+				"  To run without a key on loopback only: --insecure (or OPENSANDBOX_INSECURE_SERVER=YES)")
+		}
+		if !isLoopback(cfg.Server.Host) {
+			return fmt.Errorf("insecure mode (no API key) only binds loopback, but [server] host is %q; use 127.0.0.1 or configure an API key", cfg.Server.Host)
+		}
+		log.Warn("SECURITY WARNING: running without an API key (insecure mode, loopback only)")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	store, err := lifecycle.OpenStore(cfg.Store.Dir)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	rt, err := docker.New(ctx, docker.Options{Host: cfg.Docker.Host, APITimeout: cfg.Docker.APITimeout.Duration, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	mgr, err := lifecycle.New(cfg, rt, store, log)
+	if err != nil {
+		return err
+	}
+	go reconcileThenReap(ctx, mgr, log)
+
+	ln, err := net.Listen("tcp", cfg.Addr())
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr(), err)
+	}
+	srv := &http.Server{
+		Handler:           api.New(cfg, mgr, rt, log),
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", version, "instance", mgr.Instance(), "config", cfg.Path, "state_dir", cfg.Store.Dir)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing in-flight requests; sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("shutdown deadline passed; closing remaining connections", "err", err)
+		srv.Close()
+	}
+	return nil
+}
+
+// reconcileThenReap adopts this instance's containers (retrying while
+// Docker is unreachable), then runs the periodic reaper.
+func reconcileThenReap(ctx context.Context, mgr *lifecycle.Manager, log *slog.Logger) {
+	for {
+		err := mgr.Reconcile(ctx)
+		if err == nil {
+			break
+		}
+		log.Error("reconcile with Docker failed; retrying in 5s", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+	mgr.RunReaper(ctx)
+}

@@ -1,0 +1,300 @@
+package lifecycle
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// execd error codes used by the file routes sandboxd serves itself.
+const (
+	CodeFileNotFound    = "FILE_NOT_FOUND"
+	CodeInvalidFile     = "INVALID_FILE"
+	CodeInvalidFileMeta = "INVALID_FILE_METADATA"
+	CodeMissingQuery    = "MISSING_QUERY"
+	CodeRuntimeError    = "RUNTIME_ERROR"
+)
+
+// spoolInMemory is the largest upload kept in memory; bigger ones are
+// spooled to a temp file, because a tar header needs the size up front.
+const spoolInMemory = 1 << 20
+
+// FileMeta is the metadata part of one upload.
+type FileMeta struct {
+	Path  string  `json:"path"`
+	Owner *string `json:"owner"`
+	Group *string `json:"group"`
+	Mode  int     `json:"mode"` // octal digits written as a decimal number; 0 = default
+}
+
+// ParseMode reads upstream's "octal digits as a decimal int" mode.
+func ParseMode(m int) (os.FileMode, error) {
+	if m < 0 || m > 7777 {
+		return 0, fmt.Errorf("mode %d is not 0..7777", m)
+	}
+	var out os.FileMode
+	for shift, n := 0, m; n > 0; shift, n = shift+3, n/10 {
+		d := n % 10
+		if d > 7 {
+			return 0, fmt.Errorf("mode %d has a digit that is not octal", m)
+		}
+		out |= os.FileMode(d) << shift
+	}
+	return out, nil
+}
+
+// Spooled is an upload buffered so that its size is known (a tar header
+// needs it up front): in memory when small, else in a temp file.
+type Spooled struct {
+	io.Reader
+	Size int64
+	file *os.File
+}
+
+// Close removes the temp file, if any.
+func (s *Spooled) Close() error {
+	if s.file == nil {
+		return nil
+	}
+	s.file.Close()
+	return os.Remove(s.file.Name())
+}
+
+// Spool reads r to its end.
+func Spool(r io.Reader) (*Spooled, error) {
+	buf := make([]byte, spoolInMemory+1)
+	n, err := io.ReadFull(r, buf)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return &Spooled{Reader: bytes.NewReader(buf[:n]), Size: int64(n)}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp("", "sandboxd-upload-*")
+	if err != nil {
+		return nil, fmt.Errorf("spool upload: %w", err)
+	}
+	s := &Spooled{Reader: f, file: f}
+	s.Size, err = io.Copy(f, io.MultiReader(bytes.NewReader(buf[:n]), r))
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("spool upload: %w", err)
+	}
+	return s, nil
+}
+
+// cleanPath validates an absolute in-sandbox path.
+func cleanPath(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") || strings.Contains(p, "\x00") {
+		return "", errf(KindInvalid, CodeInvalidFileMeta, "path %q must be absolute", p)
+	}
+	c := path.Clean(p)
+	if c == "/" {
+		return "", errf(KindInvalid, CodeInvalidFileMeta, "path %q names the root directory, not a file", p)
+	}
+	return c, nil
+}
+
+// PutFile writes one uploaded file into a sandbox with Docker's archive
+// API, so it works for any size and even when the sandbox's main process
+// has exited. Missing parent directories are created.
+func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content io.Reader) error {
+	rec, err := m.record(id)
+	if err != nil {
+		return err
+	}
+	m.Touch(id)
+	p, err := cleanPath(meta.Path)
+	if err != nil {
+		return err
+	}
+	mode, err := ParseMode(meta.Mode)
+	if err != nil {
+		return errf(KindInvalid, CodeInvalidFileMeta, "file %s: %v", p, err)
+	}
+	body, ok := content.(*Spooled)
+	if !ok {
+		if body, err = Spool(content); err != nil {
+			return &Error{Kind: KindInvalid, Code: CodeInvalidFile, Message: "read upload of " + p, Err: err}
+		}
+		defer body.Close()
+	}
+	dir, missing, err := m.existingAncestor(ctx, rec.ContainerID, path.Dir(p))
+	if err != nil {
+		return err
+	}
+	if mode == 0 {
+		mode = 0o644
+		if st, err := m.rt.StatPath(ctx, rec.ContainerID, p); err == nil && !st.IsDir {
+			mode = st.Mode.Perm()
+		}
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(writeTar(pw, missing, path.Base(p), mode, body.Size, body))
+	}()
+	err = m.rt.PutArchive(ctx, rec.ContainerID, dir, pr)
+	pr.CloseWithError(err)
+	if err != nil {
+		return m.fileError(err, p)
+	}
+	if meta.Owner != nil && *meta.Owner != "" || meta.Group != nil && *meta.Group != "" {
+		return m.chown(ctx, rec, p, meta.Owner, meta.Group)
+	}
+	return nil
+}
+
+// chown asks the agent to change an uploaded file's owner, because user
+// and group names are only meaningful inside the sandbox.
+func (m *Manager) chown(ctx context.Context, rec *Record, p string, owner, group *string) error {
+	perm := map[string]string{}
+	if owner != nil {
+		perm["owner"] = *owner
+	}
+	if group != nil {
+		perm["group"] = *group
+	}
+	body, _ := json.Marshal(map[string]any{p: perm})
+	rt, err := m.rt.Agent(ctx, rec.ContainerID)
+	if err != nil {
+		return &Error{Kind: KindConflict, Code: CodeRuntimeError, Message: "set owner of " + p + ": the sandbox's agent is not running", Err: err}
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent/files/permissions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "set owner of " + p, Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return &Error{Kind: KindInvalid, Code: CodeRuntimeError, Message: fmt.Sprintf("set owner of %s: %s", p, msg)}
+	}
+	return nil
+}
+
+// writeTar writes the missing directories then the file.
+func writeTar(w io.Writer, dirs []string, name string, mode os.FileMode, size int64, body io.Reader) error {
+	tw := tar.NewWriter(w)
+	now := time.Now()
+	rel := ""
+	for _, d := range dirs {
+		rel = path.Join(rel, d)
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o755, ModTime: now}); err != nil {
+			return err
+		}
+	}
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: path.Join(rel, name), Mode: int64(mode), Size: size, ModTime: now}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	if _, err := io.Copy(tw, body); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// existingAncestor returns the deepest existing directory above dir and the
+// path components below it that must be created.
+func (m *Manager) existingAncestor(ctx context.Context, cid, dir string) (string, []string, error) {
+	var missing []string
+	for {
+		st, err := m.rt.StatPath(ctx, cid, dir)
+		if err == nil {
+			if !st.IsDir && st.Mode&os.ModeSymlink == 0 {
+				return "", nil, errf(KindInvalid, CodeInvalidFileMeta, "%s exists and is not a directory", dir)
+			}
+			return dir, missing, nil
+		}
+		if !errors.Is(err, runtime.ErrNotFound) {
+			return "", nil, m.fileError(err, dir)
+		}
+		missing = append([]string{path.Base(dir)}, missing...)
+		dir = path.Dir(dir)
+		if dir == "/" {
+			return "/", missing, nil
+		}
+	}
+}
+
+// fileError maps an archive failure on path p.
+func (m *Manager) fileError(err error, p string) error {
+	if errors.Is(err, runtime.ErrNotFound) {
+		return errf(KindNotFound, CodeFileNotFound, "file not found: %s", p)
+	}
+	if errors.Is(err, runtime.ErrUnavailable) {
+		return m.engineError(err, "file transfer")
+	}
+	return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: fmt.Sprintf("file transfer %s: %v", p, err), Err: err}
+}
+
+// File is an open file being read out of a sandbox.
+type File struct {
+	io.Reader
+	Size    int64
+	ModTime time.Time
+	Name    string
+	closer  io.Closer
+}
+
+// Close releases the archive stream.
+func (f *File) Close() error { return f.closer.Close() }
+
+// OpenFile streams one regular file out of a sandbox through the archive
+// API, following symlinks. A directory is a clean 400, a missing path 404.
+func (m *Manager) OpenFile(ctx context.Context, id, p string) (*File, error) {
+	rec, err := m.record(id)
+	if err != nil {
+		return nil, err
+	}
+	m.Touch(id)
+	if !strings.HasPrefix(p, "/") || strings.Contains(p, "\x00") {
+		return nil, errf(KindInvalid, CodeInvalidFile, "path %q must be absolute", p)
+	}
+	p = path.Clean(p)
+	for hops := 0; hops < 16; hops++ {
+		rc, st, err := m.rt.GetArchive(ctx, rec.ContainerID, p)
+		if err != nil {
+			return nil, m.fileError(err, p)
+		}
+		if st.IsDir {
+			rc.Close()
+			return nil, errf(KindInvalid, CodeInvalidFile, "%s is a directory, not a file", p)
+		}
+		tr := tar.NewReader(rc)
+		hdr, err := tr.Next()
+		if err != nil {
+			rc.Close()
+			return nil, m.fileError(err, p)
+		}
+		switch hdr.Typeflag {
+		case tar.TypeReg:
+			return &File{Reader: tr, Size: hdr.Size, ModTime: hdr.ModTime, Name: path.Base(p), closer: rc}, nil
+		case tar.TypeSymlink:
+			rc.Close()
+			target := hdr.Linkname
+			if !strings.HasPrefix(target, "/") {
+				target = path.Join(path.Dir(p), target)
+			}
+			p = path.Clean(target)
+		default:
+			rc.Close()
+			return nil, errf(KindInvalid, CodeInvalidFile, "%s is not a regular file", p)
+		}
+	}
+	return nil, errf(KindInvalid, CodeInvalidFile, "%s: too many levels of symbolic links", p)
+}

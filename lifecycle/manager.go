@@ -1,0 +1,747 @@
+// Package lifecycle owns sandbox state: creation, expiry and reaping,
+// recovery after a restart, metadata, snapshots and the way into a
+// sandbox's agent. It drives containers only through runtime.Runtime.
+package lifecycle
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// Labels sandboxd puts on every sandbox container. The opensandbox.io/ ones
+// are upstream's, so upstream tooling recognises the containers.
+const (
+	LabelID            = "opensandbox.io/id"
+	LabelInstance      = "opensandbox.io/sandboxd-instance"
+	LabelExpiresAt     = "opensandbox.io/expires-at"
+	LabelManualCleanup = "opensandbox.io/manual-cleanup"
+	LabelPlatformOS    = "opensandbox.io/platform-os"
+	LabelPlatformArch  = "opensandbox.io/platform-arch"
+	LabelSnapshotID    = "opensandbox.io/snapshot-id"
+	LabelRenewExtend   = "opensandbox.io/access-renew-extend-seconds"
+)
+
+// Ports every SDK resolves right after create.
+const (
+	ExecdPort  = 44772
+	EgressPort = 18080
+)
+
+// TokenHeader carries the per-sandbox access token on proxied requests; it
+// is the header upstream execd uses for its access token.
+const TokenHeader = "X-EXECD-ACCESS-TOKEN"
+
+// Manager implements the lifecycle API on a Runtime.
+type Manager struct {
+	cfg      config.Config
+	rt       runtime.Runtime
+	store    *Store
+	log      *slog.Logger
+	instance string
+	tokenKey []byte
+	now      func() time.Time
+
+	mu       sync.Mutex
+	activity map[string]time.Time // last activity by sandbox id, not yet persisted
+}
+
+// New returns a Manager. The instance id comes from the config or is made
+// once and kept in the store, so restarts adopt the same containers.
+func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) (*Manager, error) {
+	instance := cfg.Lifecycle.InstanceID
+	if instance == "" {
+		v, err := store.MetaString("instance-id")
+		if err != nil {
+			return nil, err
+		}
+		if v == "" {
+			v = newID()[:8]
+			if err := store.SetMetaString("instance-id", v); err != nil {
+				return nil, err
+			}
+		}
+		instance = v
+	}
+	key, err := store.Secret("token-key")
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{
+		cfg: cfg, rt: rt, store: store, log: log, instance: instance, tokenKey: key,
+		now: time.Now, activity: map[string]time.Time{},
+	}, nil
+}
+
+// Instance returns the instance id carried by this manager's containers.
+func (m *Manager) Instance() string { return m.instance }
+
+// newID returns a random UUID4 string.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func containerName(id string) string { return "sandbox-" + id }
+
+// Token returns the access token for a sandbox: an HMAC of its id, so it
+// survives restarts without being stored, and never appears in labels.
+func (m *Manager) Token(id string) string {
+	mac := hmac.New(sha256.New, m.tokenKey)
+	mac.Write([]byte("sandbox-token:" + id))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// CheckToken reports whether tok opens sandbox id (constant time).
+func (m *Manager) CheckToken(id, tok string) bool {
+	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(m.Token(id))) == 1
+}
+
+// engineError turns a runtime failure into an API error.
+func (m *Manager) engineError(err error, what string) error {
+	if _, ok := AsError(err); ok {
+		return err
+	}
+	if errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Kind: KindUnavailable, Code: CodeDockerUnavailable, Message: "the Docker engine is unreachable (" + what + "); retry when it is back", Err: err}
+	}
+	return &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: what + " failed", Err: err}
+}
+
+func notFound(id string) error {
+	return errf(KindNotFound, CodeSandboxNotFound, "sandbox %s not found", id)
+}
+
+// record returns a sandbox's record or a 404.
+func (m *Manager) record(id string) (*Record, error) {
+	r, err := m.store.Sandbox(id)
+	if errors.Is(err, errNoRecord) {
+		return nil, notFound(id)
+	}
+	if err != nil {
+		return nil, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read sandbox record", Err: err}
+	}
+	return r, nil
+}
+
+// Create validates a request and provisions the sandbox synchronously:
+// when it returns, the container runs and its endpoints resolve.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	plan, err := m.plan(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return m.provision(ctx, plan)
+}
+
+// createPlan is a validated create request.
+type createPlan struct {
+	rec      Record
+	spec     runtime.Spec
+	auth     *runtime.RegistryAuth
+	managed  []string
+	fromPool string
+}
+
+func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, error) {
+	unprocessable := func(msg string, loc ...string) error {
+		return &Error{Kind: KindUnprocessable, Code: CodeInvalidParameter, Message: msg, Field: append([]string{"body"}, loc...)}
+	}
+	hasImage := req.Image != nil
+	req.SnapshotID = strings.TrimSpace(req.SnapshotID)
+	if hasImage == (req.SnapshotID != "") {
+		return nil, unprocessable("exactly one of image and snapshotId is required")
+	}
+	if hasImage && strings.TrimSpace(req.Image.URI) == "" {
+		return nil, unprocessable("image.uri must not be empty", "image", "uri")
+	}
+	if req.Image != nil && req.Image.Auth != nil && (req.Image.Auth.Username == "" || req.Image.Auth.Password == "") {
+		return nil, unprocessable("image.auth needs username and password", "image", "auth")
+	}
+	if hasImage && len(req.Entrypoint) == 0 {
+		return nil, unprocessable("entrypoint is required with image (at least one element)", "entrypoint")
+	}
+	if req.Timeout != nil && *req.Timeout < 60 {
+		return nil, unprocessable("timeout must be at least 60 seconds (or null for manual cleanup)", "timeout")
+	}
+	renew, err := parseRenewOnAccess(req.Extensions)
+	if err != nil {
+		return nil, err
+	}
+	if ref, ok := req.Extensions[ExtPoolRef]; ok {
+		return nil, errf(KindInvalid, CodeUnsupportedPoolRef, "extensions.poolRef %q: no such pool", ref)
+	}
+	p := &createPlan{}
+	image := ""
+	if hasImage {
+		image = strings.TrimSpace(req.Image.URI)
+		if req.Image.Auth != nil {
+			p.auth = &runtime.RegistryAuth{Username: req.Image.Auth.Username, Password: req.Image.Auth.Password}
+		}
+	} else {
+		snap, err := m.store.Snapshot(req.SnapshotID)
+		if errors.Is(err, errNoRecord) {
+			return nil, errf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", req.SnapshotID)
+		}
+		if err != nil {
+			return nil, m.engineError(err, "read snapshot")
+		}
+		if snap.State != snapshotReady {
+			return nil, errf(KindConflict, CodeSnapshotNotReady, "snapshot %s is %s, not Ready", snap.ID, snap.State)
+		}
+		if snap.Image == "" {
+			return nil, errf(KindConflict, CodeSnapshotRestore, "snapshot %s has no image", snap.ID)
+		}
+		image = snap.Image
+		if len(req.Entrypoint) == 0 {
+			req.Entrypoint = []string{"tail", "-f", "/dev/null"}
+		}
+	}
+	if err := validateMetadata(req.Metadata, CodeInvalidMetadata); err != nil {
+		return nil, err
+	}
+	var platform *Platform
+	if req.Platform != nil {
+		pl := Platform{OS: strings.ToLower(req.Platform.OS), Arch: strings.ToLower(req.Platform.Arch)}
+		if pl.OS != "linux" {
+			return nil, errf(KindInvalid, CodeInvalidParameter, "platform.os %q is not supported: sandboxd runs linux sandboxes", req.Platform.OS)
+		}
+		if pl.Arch != "amd64" && pl.Arch != "arm64" {
+			return nil, errf(KindInvalid, CodeInvalidParameter, "platform.arch %q must be amd64 or arm64", req.Platform.Arch)
+		}
+		platform = &pl
+	}
+	max := m.cfg.Server.MaxSandboxTimeoutSeconds
+	if req.Timeout != nil && max > 0 && *req.Timeout > max {
+		return nil, errf(KindInvalid, CodeInvalidParameter, "timeout %d exceeds the server's max_sandbox_timeout_seconds (%d)", *req.Timeout, max)
+	}
+	if req.SecureAccess {
+		return nil, errf(KindInvalid, CodeInvalidParameter, "secureAccess is not supported when runtime.type='docker'")
+	}
+	network := m.cfg.Docker.NetworkMode
+	if np := req.NetworkPolicy; np != nil {
+		if !strings.EqualFold(np.DefaultAction, "deny") || len(np.Egress) > 0 {
+			return nil, errf(KindInvalid, CodeInvalidParameter, "networkPolicy: sandboxd enforces only {\"defaultAction\":\"deny\"} with no egress rules (a sandbox without network); per-destination rules need upstream's egress sidecar")
+		}
+		network = "none"
+	}
+	res, err := ParseResources(req.ResourceLimits, m.cfg.Docker.DefaultCPU, m.cfg.Docker.DefaultMemory)
+	if err != nil {
+		return nil, err
+	}
+	env, err := buildEnv(req.Env)
+	if err != nil {
+		return nil, err
+	}
+	mounts, managed, err := m.prepareVolumes(ctx, req.Volumes)
+	if err != nil {
+		return nil, err
+	}
+	id := newID()
+	now := wireTime(m.now())
+	p.rec = Record{
+		ID: id, State: recordCreating, CreatedAt: now, Metadata: req.Metadata,
+		Image: image, SnapshotID: req.SnapshotID, Platform: platform,
+		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: managed,
+		IdleTimeout: int(m.cfg.Lifecycle.IdleTimeout.Seconds()), LastActivity: now,
+	}
+	if !hasImage {
+		p.rec.Image = ""
+	}
+	labels := map[string]string{}
+	for k, v := range req.Metadata {
+		labels[k] = v
+	}
+	labels[LabelID] = id
+	labels[LabelInstance] = m.instance
+	if req.Timeout != nil {
+		exp := now.Add(time.Duration(*req.Timeout) * time.Second)
+		p.rec.ExpiresAt = &exp
+		labels[LabelExpiresAt] = exp.Format(time.RFC3339Nano)
+	} else {
+		labels[LabelManualCleanup] = "true"
+	}
+	if platform != nil {
+		labels[LabelPlatformOS], labels[LabelPlatformArch] = platform.OS, platform.Arch
+	}
+	if req.SnapshotID != "" {
+		labels[LabelSnapshotID] = req.SnapshotID
+	}
+	if renew > 0 {
+		labels[LabelRenewExtend] = strconv.Itoa(renew)
+	}
+	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, network, mounts)
+	if platform != nil {
+		p.spec.Platform = platform.OS + "/" + platform.Arch
+	}
+	return p, nil
+}
+
+// containerSpec applies the hardening defaults to a sandbox container.
+func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[string]string, res Resources, network string, mounts []runtime.Mount) runtime.Spec {
+	d := m.cfg.Docker
+	spec := runtime.Spec{
+		Name: containerName(id), Image: image, Cmd: cmd, Env: env, Labels: labels,
+		NanoCPUs: res.NanoCPUs, MemoryBytes: res.MemoryBytes, GPUCount: res.GPUCount,
+		PidsLimit: d.PidsLimit, NetworkMode: network,
+		CapDrop: d.DropCapabilities, CapAdd: d.AddCapabilities,
+		ReadOnlyRootfs: d.ReadOnlyRootfs, User: d.User, OCIRuntime: d.OCIRuntime,
+		Mounts: mounts,
+	}
+	if d.NoNewPrivileges {
+		spec.SecurityOpt = append(spec.SecurityOpt, "no-new-privileges:true")
+	}
+	if d.SeccompProfile != "" {
+		spec.SecurityOpt = append(spec.SecurityOpt, "seccomp="+d.SeccompProfile)
+	}
+	if d.ApparmorProfile != "" {
+		spec.SecurityOpt = append(spec.SecurityOpt, "apparmor="+d.ApparmorProfile)
+	}
+	if d.ReadOnlyRootfs {
+		spec.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,size=256m"}
+	}
+	return spec
+}
+
+func buildEnv(env map[string]*string) ([]string, error) {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, errf(KindInvalid, CodeInvalidParameter, "env key %q is not a valid variable name", k)
+		}
+		v := env[k]
+		if v == nil {
+			continue
+		}
+		if strings.Contains(*v, "\x00") {
+			return nil, errf(KindInvalid, CodeInvalidParameter, "env %s contains a NUL byte", k)
+		}
+		out = append(out, k+"="+*v)
+	}
+	return out, nil
+}
+
+// provision runs a plan: pull, record, create, start.
+func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error) {
+	id := p.rec.ID
+	log := m.log.With("sandbox_id", id)
+	start := m.now()
+	if err := m.rt.EnsureImage(ctx, p.spec.Image, p.auth, p.spec.Platform, func(line string) {
+		log.Info("pulling image", "image", p.spec.Image, "progress", line)
+	}); err != nil {
+		if e, ok := AsError(m.engineError(err, "")); ok && e.Kind == KindUnavailable {
+			return nil, e
+		}
+		return nil, &Error{Kind: KindInternal, Code: CodeImagePullFailed, Message: fmt.Sprintf("image %s is not available and could not be pulled: %v", p.spec.Image, err), Err: err}
+	}
+	if err := m.store.PutSandbox(&p.rec); err != nil {
+		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: "record sandbox", Err: err}
+	}
+	fail := func(err error, what string) (*Sandbox, error) {
+		log.Error("create failed", "step", what, "err", err)
+		m.destroy(context.WithoutCancel(ctx), &p.rec, p.rec.ContainerID)
+		if e, ok := AsError(m.engineError(err, what)); ok && e.Kind == KindUnavailable {
+			return nil, e
+		}
+		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: fmt.Sprintf("%s: %v", what, err), Err: err}
+	}
+	cid, err := m.rt.Create(ctx, p.spec)
+	if err != nil {
+		return fail(err, "create container")
+	}
+	p.rec.ContainerID = cid
+	if err := m.rt.Start(ctx, cid); err != nil {
+		return fail(err, "start container")
+	}
+	p.rec.State = recordReady
+	if err := m.store.PutSandbox(&p.rec); err != nil {
+		return fail(err, "record sandbox")
+	}
+	// Start the agent while the client resolves endpoints.
+	go func() {
+		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := m.rt.Agent(actx, cid); err != nil {
+			log.Debug("agent warm-up failed", "err", err)
+		}
+	}()
+	log.Info("sandbox created", "image", p.spec.Image, "container", cid[:12], "duration_ms", m.now().Sub(start).Milliseconds())
+	sb := m.view(&p.rec, nil)
+	sb.Status = Status{State: "Running", Reason: "CONTAINER_RUNNING", Message: "Sandbox container started successfully.", LastTransitionAt: p.rec.CreatedAt}
+	return sb, nil
+}
+
+// destroy removes a sandbox's container, managed volumes and record.
+func (m *Manager) destroy(ctx context.Context, rec *Record, cid string) error {
+	if cid == "" {
+		cid = containerName(rec.ID)
+	}
+	if err := m.rt.Remove(ctx, cid); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return err
+	}
+	for _, v := range rec.ManagedVolumes {
+		if err := m.rt.RemoveVolume(ctx, v); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			m.log.Warn("remove managed volume", "sandbox_id", rec.ID, "volume", v, "err", err)
+		}
+	}
+	m.mu.Lock()
+	delete(m.activity, rec.ID)
+	m.mu.Unlock()
+	if err := m.store.DeleteSandbox(rec.ID); err != nil && !errors.Is(err, errNoRecord) {
+		return err
+	}
+	return nil
+}
+
+// status maps a container's engine state to the API's (reference §1.5.3).
+func status(c *runtime.Container) Status {
+	last := c.Created
+	if !c.FinishedAt.IsZero() {
+		last = c.FinishedAt
+	}
+	last = wireTime(last)
+	switch {
+	case c.Paused:
+		return Status{"Paused", "CONTAINER_PAUSED", "Sandbox container is paused.", last}
+	case c.Status == "restarting":
+		return Status{"Running", "CONTAINER_RESTARTING", "Sandbox container is restarting.", last}
+	case c.Running:
+		return Status{"Running", "CONTAINER_RUNNING", "Sandbox container is running.", last}
+	case c.Status == "created":
+		return Status{"Pending", "CONTAINER_STARTING", "Sandbox container is starting.", last}
+	case c.Status == "exited" || c.Status == "dead":
+		if c.OOMKilled {
+			return Status{"Failed", "CONTAINER_OOM_KILLED", fmt.Sprintf("Sandbox container was killed for exceeding its memory limit (exit code %d).", c.ExitCode), last}
+		}
+		if c.ExitCode == 0 {
+			return Status{"Terminated", "CONTAINER_EXITED", "Sandbox container exited.", last}
+		}
+		return Status{"Failed", "CONTAINER_EXITED_ERROR", fmt.Sprintf("Sandbox container exited with code %d.", c.ExitCode), last}
+	}
+	return Status{"Unknown", "CONTAINER_STATE_UNKNOWN", "Sandbox container state is " + c.Status + ".", last}
+}
+
+// view builds the API object from a record and (if known) its container.
+func (m *Manager) view(rec *Record, c *runtime.Container) *Sandbox {
+	sb := &Sandbox{
+		ID: rec.ID, SnapshotID: rec.SnapshotID, Platform: rec.Platform,
+		Metadata: rec.Metadata, Entrypoint: rec.Entrypoint, CreatedAt: rec.CreatedAt,
+	}
+	if rec.Image != "" {
+		sb.Image = &ImageSpec{URI: rec.Image}
+	}
+	if sb.Entrypoint == nil {
+		sb.Entrypoint = []string{}
+	}
+	if len(sb.Metadata) == 0 {
+		sb.Metadata = nil
+	}
+	if d := m.deadline(rec); d != nil {
+		t := wireTime(*d)
+		sb.ExpiresAt = &t
+	}
+	switch {
+	case rec.State == recordCreating:
+		sb.Status = Status{"Pending", "CONTAINER_STARTING", "Sandbox is being created.", rec.CreatedAt}
+	case c != nil:
+		sb.Status = status(c)
+	}
+	return sb
+}
+
+// Get returns one sandbox.
+func (m *Manager) Get(ctx context.Context, id string) (*Sandbox, error) {
+	rec, err := m.record(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State == recordCreating {
+		return m.view(rec, nil), nil
+	}
+	c, err := m.inspect(ctx, rec)
+	if err != nil {
+		return nil, err
+	}
+	return m.view(rec, &c), nil
+}
+
+// inspect returns a ready sandbox's container; a container removed behind
+// sandboxd's back makes the sandbox gone (404) and drops its record.
+func (m *Manager) inspect(ctx context.Context, rec *Record) (runtime.Container, error) {
+	c, err := m.rt.Inspect(ctx, rec.ContainerID)
+	if errors.Is(err, runtime.ErrNotFound) {
+		m.log.Warn("sandbox container vanished; forgetting sandbox", "sandbox_id", rec.ID)
+		_ = m.destroy(ctx, rec, rec.ContainerID)
+		return c, notFound(rec.ID)
+	}
+	if err != nil {
+		return c, m.engineError(err, "inspect sandbox")
+	}
+	return c, nil
+}
+
+// List returns a filtered, paginated list, newest first.
+func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Sandbox, Page, error) {
+	recs, err := m.store.Sandboxes()
+	if err != nil {
+		return nil, Page{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read sandbox records", Err: err}
+	}
+	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
+	if err != nil {
+		return nil, Page{}, m.engineError(err, "list sandboxes")
+	}
+	byID := map[string]*runtime.Container{}
+	for i := range conts {
+		byID[conts[i].Labels[LabelID]] = &conts[i]
+	}
+	var items []*Sandbox
+	for _, rec := range recs {
+		c := byID[rec.ID]
+		if rec.State == recordReady && c == nil {
+			continue // vanished; Get or the reaper forgets it
+		}
+		if c != nil && (c.Status == "exited" || c.Status == "dead") {
+			// The list summary lacks the exit code and OOM flag.
+			if full, err := m.rt.Inspect(ctx, c.ID); err == nil {
+				c = &full
+			}
+		}
+		sb := m.view(rec, c)
+		if !matchFilter(sb, f) {
+			continue
+		}
+		items = append(items, sb)
+	}
+	slices.SortFunc(items, func(a, b *Sandbox) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return paginate(items, f.Page, f.PageSize)
+}
+
+func matchFilter(sb *Sandbox, f ListFilter) bool {
+	if len(f.States) > 0 && !slices.ContainsFunc(f.States, func(s string) bool { return strings.EqualFold(s, sb.Status.State) }) {
+		return false
+	}
+	for k, v := range f.Metadata {
+		if got, ok := sb.Metadata[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Delete kills and removes a sandbox.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	rec, err := m.record(id)
+	if err != nil {
+		return err
+	}
+	if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
+		return &Error{Kind: KindInternal, Code: CodeDeleteFailed, Message: "delete sandbox " + id, Err: m.engineError(err, "delete")}
+	}
+	m.log.Info("sandbox deleted", "sandbox_id", id)
+	return nil
+}
+
+// PatchMetadata applies an RFC 7396 merge patch to the user metadata.
+func (m *Manager) PatchMetadata(ctx context.Context, id string, patch map[string]*string) (*Sandbox, error) {
+	set := map[string]string{}
+	for k, v := range patch {
+		if strings.HasPrefix(k, reservedPrefix) {
+			return nil, errf(KindInvalid, CodeReservedMetadata, "metadata key %q uses the reserved prefix %q", k, reservedPrefix)
+		}
+		if v != nil {
+			set[k] = *v
+		}
+	}
+	if err := validateMetadata(set, CodeReservedMetadata); err != nil {
+		return nil, err
+	}
+	if _, err := m.record(id); err != nil {
+		return nil, err
+	}
+	_, err := m.store.UpdateSandbox(id, func(r *Record) error {
+		md := mergePatch(r.Metadata, patch)
+		if len(md) > maxMetadataEntries {
+			return errf(KindInvalid, CodeInvalidMetadata, "metadata would have %d entries, at most %d allowed", len(md), maxMetadataEntries)
+		}
+		r.Metadata = md
+		return nil
+	})
+	if errors.Is(err, errNoRecord) {
+		return nil, notFound(id)
+	}
+	if err != nil {
+		if _, ok := AsError(err); ok {
+			return nil, err
+		}
+		return nil, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "update metadata", Err: err}
+	}
+	return m.Get(ctx, id)
+}
+
+// mergePatch applies a flat RFC 7396 merge patch: a value sets, null deletes.
+func mergePatch(cur map[string]string, patch map[string]*string) map[string]string {
+	out := make(map[string]string, len(cur)+len(patch))
+	for k, v := range cur {
+		out[k] = v
+	}
+	for k, v := range patch {
+		if v == nil {
+			delete(out, k)
+		} else {
+			out[k] = *v
+		}
+	}
+	return out
+}
+
+// Pause freezes a running sandbox.
+func (m *Manager) Pause(ctx context.Context, id string) error {
+	rec, c, err := m.ready(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !c.Running || c.Paused {
+		return errf(KindConflict, CodeNotRunning, "Sandbox is not in a running state (it is %s).", status(&c).State)
+	}
+	if err := m.rt.Pause(ctx, rec.ContainerID); err != nil {
+		return &Error{Kind: KindInternal, Code: CodePauseFailed, Message: "pause sandbox " + id, Err: m.engineError(err, "pause")}
+	}
+	return nil
+}
+
+// Resume unfreezes a paused sandbox.
+func (m *Manager) Resume(ctx context.Context, id string) error {
+	rec, c, err := m.ready(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !c.Paused {
+		return errf(KindConflict, CodeNotPaused, "Sandbox is not paused (it is %s).", status(&c).State)
+	}
+	if err := m.rt.Unpause(ctx, rec.ContainerID); err != nil {
+		return &Error{Kind: KindInternal, Code: CodeResumeFailed, Message: "resume sandbox " + id, Err: m.engineError(err, "resume")}
+	}
+	m.Touch(id)
+	return nil
+}
+
+// ready returns a sandbox whose container exists.
+func (m *Manager) ready(ctx context.Context, id string) (*Record, runtime.Container, error) {
+	rec, err := m.record(id)
+	if err != nil {
+		return nil, runtime.Container{}, err
+	}
+	if rec.State != recordReady {
+		return nil, runtime.Container{}, errf(KindConflict, CodeNotRunning, "sandbox %s is still being created", id)
+	}
+	c, err := m.inspect(ctx, rec)
+	return rec, c, err
+}
+
+// Renew sets a new absolute expiry.
+func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time, error) {
+	rec, err := m.record(id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	now := m.now()
+	if !at.After(now) {
+		return time.Time{}, errf(KindInvalid, CodeInvalidExpiration, "New expiration time must be in the future.")
+	}
+	if rec.ExpiresAt == nil {
+		return time.Time{}, errf(KindConflict, CodeInvalidExpiration, "Sandbox %s does not have automatic expiration enabled.", id)
+	}
+	if max := m.cfg.Server.MaxSandboxTimeoutSeconds; max > 0 && at.Sub(now) > time.Duration(max)*time.Second {
+		return time.Time{}, errf(KindInvalid, CodeInvalidExpiration, "New expiration time is more than max_sandbox_timeout_seconds (%d) from now.", max)
+	}
+	at = wireTime(at)
+	_, err = m.store.UpdateSandbox(id, func(r *Record) error {
+		r.ExpiresAt = &at
+		return nil
+	})
+	if err != nil {
+		return time.Time{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "persist renewal", Err: err}
+	}
+	m.log.Info("sandbox renewed", "sandbox_id", id, "expires_at", at)
+	return at, nil
+}
+
+// Endpoint returns where port of sandbox id is reached: always through
+// sandboxd's proxy route on the host the client used (or eip), with the
+// sandbox's token in headers.
+func (m *Manager) Endpoint(ctx context.Context, id string, port int, requestHost string) (*Endpoint, error) {
+	if port < 1 || port > 65535 {
+		return nil, errf(KindInvalid, CodeInvalidPort, "port %d must be between 1 and 65535", port)
+	}
+	if _, err := m.record(id); err != nil {
+		return nil, err
+	}
+	host := requestHost
+	if eip := m.cfg.Server.EIP; eip != "" {
+		host = strings.TrimPrefix(strings.TrimPrefix(eip, "https://"), "http://")
+		host = strings.TrimSuffix(host, "/")
+	}
+	return &Endpoint{
+		Endpoint: fmt.Sprintf("%s/sandboxes/%s/proxy/%d", host, id, port),
+		Headers:  map[string]string{TokenHeader: m.Token(id)},
+	}, nil
+}
+
+// Transport returns a RoundTripper to the agent of a running sandbox, for
+// the proxy route. Each call counts as activity.
+func (m *Manager) Transport(ctx context.Context, id string) (http.RoundTripper, error) {
+	rec, err := m.record(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != recordReady {
+		return nil, errf(KindConflict, CodeNotRunning, "sandbox %s is still being created", id)
+	}
+	m.Touch(id)
+	rt, err := m.rt.Agent(ctx, rec.ContainerID)
+	if err == nil {
+		return rt, nil
+	}
+	if errors.Is(err, runtime.ErrNotFound) {
+		_, ierr := m.inspect(ctx, rec)
+		return nil, ierr
+	}
+	if errors.Is(err, runtime.ErrConflict) {
+		c, ierr := m.inspect(ctx, rec)
+		if ierr != nil {
+			return nil, ierr
+		}
+		return nil, errf(KindConflict, CodeNotRunning, "sandbox %s is %s; its agent cannot run", id, status(&c).State)
+	}
+	return nil, &Error{Kind: KindUnavailable, Code: CodeAgentFailed, Message: "cannot reach the agent in sandbox " + id, Err: err}
+}

@@ -1,0 +1,246 @@
+package lifecycle
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Store is the durable state that container labels cannot hold: renewed
+// expiry, patched metadata, creation progress and snapshot records. It is a
+// bbolt file in the state directory, so a kill -9 loses nothing committed.
+type Store struct {
+	db *bolt.DB
+}
+
+var (
+	bucketSandboxes = []byte("sandboxes")
+	bucketSnapshots = []byte("snapshots")
+	bucketMeta      = []byte("meta")
+)
+
+// Record states.
+const (
+	recordCreating = "creating" // container may be half-made; removed on restart
+	recordReady    = "ready"
+)
+
+// Record is what sandboxd keeps about one sandbox.
+type Record struct {
+	ID          string            `json:"id"`
+	State       string            `json:"state"`
+	ContainerID string            `json:"containerId,omitempty"`
+	CreatedAt   time.Time         `json:"createdAt"`
+	ExpiresAt   *time.Time        `json:"expiresAt,omitempty"` // nil: manual cleanup
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Image       string            `json:"image,omitempty"` // as requested ("" for snapshot restores)
+	SnapshotID  string            `json:"snapshotId,omitempty"`
+	Platform    *Platform         `json:"platform,omitempty"`
+	Entrypoint  []string          `json:"entrypoint,omitempty"`
+	// RenewOnAccess is upstream's access.renew.extend.seconds: activity
+	// moves the deadline to max(now+RenewOnAccess, current).
+	RenewOnAccess int `json:"renewOnAccess,omitempty"`
+	// IdleTimeout (seconds) reaps the sandbox once idle that long.
+	IdleTimeout int `json:"idleTimeout,omitempty"`
+	// LastActivity is persisted coarsely; see Manager.touch.
+	LastActivity   time.Time `json:"lastActivity,omitempty"`
+	ManagedVolumes []string  `json:"managedVolumes,omitempty"`
+	Pool           string    `json:"pool,omitempty"`
+}
+
+// SnapshotRecord is a snapshot of a sandbox's filesystem (a committed image).
+type SnapshotRecord struct {
+	ID        string    `json:"id"`
+	SandboxID string    `json:"sandboxId"`
+	Name      string    `json:"name,omitempty"`
+	State     string    `json:"state"`
+	Reason    string    `json:"reason,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	Image     string    `json:"image"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// OpenStore opens (creating if needed) the store in dir. Only one process
+// may hold it: a second sandboxd on the same state directory fails fast.
+func OpenStore(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state dir %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, "state.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open store %s (is another sandboxd using this state dir?): %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketSandboxes, bucketSnapshots, bucketMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init store: %w", err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the store.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Secret returns the store's random secret of the given name, creating it
+// on first use. Per-sandbox tokens are derived from it, so they survive a
+// restart without being stored anywhere.
+func (s *Store) Secret(name string) ([]byte, error) {
+	var secret []byte
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		if v := b.Get([]byte(name)); v != nil {
+			secret = append([]byte(nil), v...)
+			return nil
+		}
+		secret = make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return err
+		}
+		return b.Put([]byte(name), secret)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store secret %s: %w", name, err)
+	}
+	return secret, nil
+}
+
+// MetaString reads a string value from the meta bucket ("" if absent).
+func (s *Store) MetaString(key string) (string, error) {
+	var v string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v = string(tx.Bucket(bucketMeta).Get([]byte(key)))
+		return nil
+	})
+	return v, err
+}
+
+// SetMetaString writes a string value into the meta bucket.
+func (s *Store) SetMetaString(key, value string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put([]byte(key), []byte(value))
+	})
+}
+
+var errNoRecord = errors.New("no such record")
+
+func put[T any](s *Store, bucket []byte, id string, v *T) error {
+	buf, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).Put([]byte(id), buf)
+	})
+}
+
+func get[T any](s *Store, bucket []byte, id string) (*T, error) {
+	var v *T
+	err := s.db.View(func(tx *bolt.Tx) error {
+		buf := tx.Bucket(bucket).Get([]byte(id))
+		if buf == nil {
+			return errNoRecord
+		}
+		v = new(T)
+		return json.Unmarshal(buf, v)
+	})
+	return v, err
+}
+
+func all[T any](s *Store, bucket []byte) ([]*T, error) {
+	var out []*T
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).ForEach(func(_, buf []byte) error {
+			v := new(T)
+			if err := json.Unmarshal(buf, v); err != nil {
+				return err
+			}
+			out = append(out, v)
+			return nil
+		})
+	})
+	return out, err
+}
+
+func del(s *Store, bucket []byte, id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).Delete([]byte(id))
+	})
+}
+
+// update applies fn to a record atomically (read-modify-write in one transaction).
+func update[T any](s *Store, bucket []byte, id string, fn func(*T) error) (*T, error) {
+	var v *T
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		buf := b.Get([]byte(id))
+		if buf == nil {
+			return errNoRecord
+		}
+		v = new(T)
+		if err := json.Unmarshal(buf, v); err != nil {
+			return err
+		}
+		if err := fn(v); err != nil {
+			return err
+		}
+		out, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(id), out)
+	})
+	return v, err
+}
+
+// PutSandbox writes a sandbox record.
+func (s *Store) PutSandbox(r *Record) error { return put(s, bucketSandboxes, r.ID, r) }
+
+// Sandbox reads a sandbox record.
+func (s *Store) Sandbox(id string) (*Record, error) { return get[Record](s, bucketSandboxes, id) }
+
+// Sandboxes reads every sandbox record.
+func (s *Store) Sandboxes() ([]*Record, error) { return all[Record](s, bucketSandboxes) }
+
+// UpdateSandbox modifies a sandbox record atomically.
+func (s *Store) UpdateSandbox(id string, fn func(*Record) error) (*Record, error) {
+	return update(s, bucketSandboxes, id, fn)
+}
+
+// DeleteSandbox removes a sandbox record.
+func (s *Store) DeleteSandbox(id string) error { return del(s, bucketSandboxes, id) }
+
+// PutSnapshot writes a snapshot record.
+func (s *Store) PutSnapshot(r *SnapshotRecord) error { return put(s, bucketSnapshots, r.ID, r) }
+
+// Snapshot reads a snapshot record.
+func (s *Store) Snapshot(id string) (*SnapshotRecord, error) {
+	return get[SnapshotRecord](s, bucketSnapshots, id)
+}
+
+// Snapshots reads every snapshot record.
+func (s *Store) Snapshots() ([]*SnapshotRecord, error) {
+	return all[SnapshotRecord](s, bucketSnapshots)
+}
+
+// UpdateSnapshot modifies a snapshot record atomically.
+func (s *Store) UpdateSnapshot(id string, fn func(*SnapshotRecord) error) (*SnapshotRecord, error) {
+	return update(s, bucketSnapshots, id, fn)
+}
+
+// DeleteSnapshot removes a snapshot record.
+func (s *Store) DeleteSnapshot(id string) error { return del(s, bucketSnapshots, id) }

@@ -1,0 +1,155 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// LabelVolumeManaged marks named volumes that sandboxd created.
+const LabelVolumeManaged = "opensandbox.io/volume-managed-by"
+
+// forbiddenHostPaths can never be mounted, whatever the allow-list says:
+// they hand the sandbox the Docker daemon or its storage.
+var forbiddenHostPaths = []string{
+	"/var/run/docker.sock", "/run/docker.sock", "/var/run/docker", "/run/docker",
+	"/var/lib/docker", "/var/lib/containerd", "/run/containerd", "/var/run/containerd",
+	"/proc", "/sys", "/dev",
+}
+
+// within reports whether p is base or below it.
+func within(p, base string) bool {
+	if base == "/" {
+		return true
+	}
+	return p == base || strings.HasPrefix(p, base+"/")
+}
+
+// resolveExisting resolves symlinks in the longest existing prefix of p and
+// appends the rest, so a path that does not exist yet is still judged by
+// where it would really be created.
+func resolveExisting(p string) (string, error) {
+	rest := ""
+	cur := p
+	for {
+		r, err := filepath.EvalSymlinks(cur)
+		if err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return p, nil
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
+}
+
+// checkHostPath validates a bind-mount source against the allow-list after
+// symlink resolution and creates it if missing. It never creates anything
+// outside an allowed prefix.
+func (m *Manager) checkHostPath(name, p string) (string, error) {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.Contains(p, "\x00") {
+		return "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q must be absolute and normalised (no '..', '//' or trailing '/')", name, p)
+	}
+	resolved, err := resolveExisting(p)
+	if err != nil {
+		return "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q cannot be resolved: %v", name, p, err)
+	}
+	forbidden := append(slices.Clone(forbiddenHostPaths), m.cfg.Store.Dir)
+	for _, f := range forbidden {
+		rf, err := resolveExisting(f)
+		if err != nil {
+			rf = f
+		}
+		if within(resolved, rf) || within(rf, resolved) || within(p, f) || within(f, p) {
+			return "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q would expose %s to the sandbox and is never allowed", name, p, f)
+		}
+	}
+	allowed := false
+	for _, a := range m.cfg.Storage.AllowedHostPaths {
+		ra, err := resolveExisting(filepath.Clean(a))
+		if err != nil {
+			continue
+		}
+		if within(p, filepath.Clean(a)) && within(resolved, ra) {
+			allowed = true
+			break
+		}
+	}
+	if !allowed {
+		if len(m.cfg.Storage.AllowedHostPaths) == 0 {
+			return "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q refused: host mounts are disabled; list allowed prefixes in [storage] allowed_host_paths", name, p)
+		}
+		return "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q (resolved %q) is not under [storage] allowed_host_paths %v", name, p, resolved, m.cfg.Storage.AllowedHostPaths)
+	}
+	fi, err := os.Stat(resolved)
+	switch {
+	case err == nil && !fi.IsDir() && !fi.Mode().IsRegular():
+		return "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q is neither a directory nor a regular file", name, p)
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.MkdirAll(resolved, 0o755); err != nil {
+			return "", &Error{Kind: KindInternal, Code: CodeVolHostCreateFailed, Message: "volume " + name + ": cannot create host path " + p, Err: err}
+		}
+	case err != nil:
+		return "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q: %v", name, p, err)
+	}
+	return resolved, nil
+}
+
+// prepareVolumes validates the requested volumes and returns the mounts and
+// the named volumes to delete with the sandbox.
+func (m *Manager) prepareVolumes(ctx context.Context, vols []Volume) ([]runtime.Mount, []string, error) {
+	seen := map[string]bool{}
+	for _, v := range vols {
+		if err := validateVolumeShape(v, seen); err != nil {
+			return nil, nil, err
+		}
+	}
+	var mounts []runtime.Mount
+	var managed []string
+	for _, v := range vols {
+		switch {
+		case v.Host != nil:
+			src, err := m.checkHostPath(v.Name, v.Host.Path)
+			if err != nil {
+				return nil, nil, err
+			}
+			if v.SubPath != "" {
+				src, err = m.checkHostPath(v.Name, filepath.Join(src, v.SubPath))
+				if err != nil {
+					return nil, nil, err
+				}
+			}
+			mounts = append(mounts, runtime.Mount{Type: "bind", Source: src, Target: v.MountPath, ReadOnly: v.ReadOnly})
+		case v.PVC != nil:
+			name := v.PVC.ClaimName
+			create := v.PVC.CreateIfNotExists == nil || *v.PVC.CreateIfNotExists
+			allowedExisting := slices.Contains(m.cfg.Storage.AllowedVolumes, name)
+			created, labels, err := m.rt.EnsureVolume(ctx, name, create, map[string]string{LabelVolumeManaged: "server", LabelInstance: m.instance})
+			if errors.Is(err, runtime.ErrNotFound) {
+				return nil, nil, errf(KindInvalid, CodeVolPVCNotFound, "volume %q: named volume %q does not exist", v.Name, name)
+			}
+			if err != nil {
+				return nil, nil, m.engineError(err, "prepare volume")
+			}
+			owned := created || labels[LabelVolumeManaged] == "server"
+			if !owned && !allowedExisting {
+				return nil, nil, errf(KindInvalid, CodeVolPVCNotAllowed, "volume %q: existing named volume %q was not created by sandboxd; list it in [storage] allowed_volumes to allow it", v.Name, name)
+			}
+			if v.PVC.DeleteOnSandboxTermination && owned {
+				managed = append(managed, name)
+			}
+			mounts = append(mounts, runtime.Mount{Type: "volume", Source: name, Target: v.MountPath, ReadOnly: v.ReadOnly, SubPath: v.SubPath})
+		}
+	}
+	return mounts, managed, nil
+}

@@ -1,0 +1,262 @@
+package docker
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/sandboxd/sandboxd/runtime/agent"
+)
+
+// AgentDir is where the agent volume is mounted (read-only) in every sandbox.
+const AgentDir = "/opt/sandboxd"
+
+const (
+	agentPath = AgentDir + "/sandboxd"
+	// LabelAgentVolume marks the volumes that hold an agent binary.
+	LabelAgentVolume = "opensandbox.io/sandboxd-agent"
+)
+
+// agentVolume is the named volume holding this sandboxd's own static binary.
+// It is filled once (its name carries the binary's hash) and mounted
+// read-only into every sandbox, so creating a sandbox copies nothing.
+type agentVolume struct {
+	binary string
+	size   int64
+	hash   string
+
+	mu    sync.Mutex
+	ready bool
+}
+
+func newAgentVolume(binary string) (*agentVolume, error) {
+	if binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("locate own binary for the agent: %w", err)
+		}
+		binary = exe
+	}
+	f, err := os.Open(binary)
+	if err != nil {
+		return nil, fmt.Errorf("open agent binary: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return nil, fmt.Errorf("hash agent binary: %w", err)
+	}
+	return &agentVolume{binary: binary, size: n, hash: hex.EncodeToString(h.Sum(nil))[:16]}, nil
+}
+
+func (a *agentVolume) name() string { return "sandboxd-agent-" + a.hash }
+
+// ensure makes sure the agent volume exists and holds the binary. It needs an
+// image to create a never-started helper container through which the volume
+// is written; the sandbox's own image serves.
+func (a *agentVolume) ensure(ctx context.Context, d *Docker, image string) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ready {
+		return a.name(), nil
+	}
+	created, _, err := d.EnsureVolume(ctx, a.name(), true, map[string]string{LabelAgentVolume: a.hash})
+	if err != nil {
+		return "", err
+	}
+	cctx, cancel := d.call(ctx)
+	defer cancel()
+	helper, err := d.cli.ContainerCreate(cctx, &container.Config{
+		Image:      image,
+		Entrypoint: []string{agentPath},
+		Labels:     map[string]string{LabelAgentVolume: a.hash},
+	}, &container.HostConfig{
+		NetworkMode: "none",
+		Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: a.name(), Target: AgentDir}},
+	}, nil, nil, "")
+	if err != nil {
+		return "", wrap(err, "create agent volume helper from %s", image)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), d.timeout)
+		defer cancel()
+		_ = d.cli.ContainerRemove(rctx, helper.ID, container.RemoveOptions{Force: true})
+	}()
+	if !created {
+		// A volume left by an earlier run: trust it only if complete.
+		if st, err := d.cli.ContainerStatPath(cctx, helper.ID, agentPath); err == nil && st.Size == a.size {
+			a.ready = true
+			return a.name(), nil
+		}
+	}
+	if err := a.fill(cctx, d, helper.ID); err != nil {
+		return "", err
+	}
+	d.log.Info("agent volume ready", "volume", a.name(), "bytes", a.size)
+	a.ready = true
+	return a.name(), nil
+}
+
+// fill streams the binary as a one-file tar into the volume.
+func (a *agentVolume) fill(ctx context.Context, d *Docker, helperID string) error {
+	f, err := os.Open(a.binary)
+	if err != nil {
+		return fmt.Errorf("open agent binary: %w", err)
+	}
+	defer f.Close()
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := tw.WriteHeader(&tar.Header{Name: "sandboxd", Mode: 0o755, Size: a.size, ModTime: time.Now(), Typeflag: tar.TypeReg})
+		if err == nil {
+			_, err = io.Copy(tw, f)
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	err = d.cli.CopyToContainer(ctx, helperID, AgentDir, pr, container.CopyToContainerOptions{})
+	pr.Close()
+	return wrap(err, "copy agent into volume %s", a.name())
+}
+
+// agentSession is one running agent: an exec whose stdin/stdout carry a
+// yamux session.
+type agentSession struct {
+	mu     sync.Mutex // serialises starts for one container
+	client *agent.Client
+}
+
+func (s *agentSession) alive() bool {
+	if s.client == nil {
+		return false
+	}
+	select {
+	case <-s.client.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+func (s *agentSession) close() {
+	if s.client != nil {
+		s.client.Close()
+	}
+}
+
+// Agent implements runtime.Runtime. It starts the agent on first use and
+// again whenever it died (killed from inside, OOM, container restart).
+func (d *Docker) Agent(ctx context.Context, id string) (http.RoundTripper, error) {
+	d.mu.Lock()
+	s := d.sessions[id]
+	if s == nil {
+		s = &agentSession{}
+		d.sessions[id] = s
+	}
+	d.mu.Unlock()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.alive() {
+		return s.client.Transport(), nil
+	}
+	client, err := d.startAgent(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	s.client = client
+	return client.Transport(), nil
+}
+
+func (d *Docker) dropSession(id string) {
+	d.mu.Lock()
+	s := d.sessions[id]
+	delete(d.sessions, id)
+	d.mu.Unlock()
+	if s != nil {
+		s.close()
+	}
+}
+
+func (d *Docker) startAgent(ctx context.Context, id string) (*agent.Client, error) {
+	cctx, cancel := d.call(ctx)
+	defer cancel()
+	exec, err := d.cli.ContainerExecCreate(cctx, id, container.ExecOptions{
+		Cmd:          []string{agentPath, "agent"},
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+	})
+	if err != nil {
+		return nil, wrap(err, "start agent in %s", id)
+	}
+	// The hijacked connection outlives this request: dial without its context.
+	hr, err := d.cli.ContainerExecAttach(context.Background(), exec.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return nil, wrap(err, "attach agent in %s", id)
+	}
+	conn := newExecConn(hr, d.agentLog(id))
+	client, err := agent.Dial(conn)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("agent session in %s: %w", id, err)
+	}
+	d.log.Debug("agent started", "sandbox_container", id)
+	return client, nil
+}
+
+// agentLog returns a writer that logs the agent's stderr line by line.
+func (d *Docker) agentLog(id string) io.WriteCloser {
+	pr, pw := io.Pipe()
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			d.log.Debug("agent", "container", id, "line", sc.Text())
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	return pw
+}
+
+// execConn adapts a hijacked exec attach to an io.ReadWriteCloser: reads
+// see the exec's stdout (demultiplexed), writes go to its stdin.
+type execConn struct {
+	hr     types.HijackedResponse
+	stdout *io.PipeReader
+}
+
+func newExecConn(hr types.HijackedResponse, stderr io.WriteCloser) *execConn {
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, stderr, hr.Reader)
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(err)
+		stderr.Close()
+	}()
+	return &execConn{hr: hr, stdout: pr}
+}
+
+func (c *execConn) Read(p []byte) (int, error)  { return c.stdout.Read(p) }
+func (c *execConn) Write(p []byte) (int, error) { return c.hr.Conn.Write(p) }
+func (c *execConn) Close() error {
+	c.hr.Close()
+	return c.stdout.Close()
+}
