@@ -277,6 +277,7 @@ func TestLoadUpstreamKeys(t *testing.T) {
 [server]
 timeout_keep_alive = 30
 limit_concurrency = 1024
+insecure = true
 
 [log]
 file_enabled = true
@@ -304,11 +305,15 @@ redis.enabled = false
 		"renew_intent",
 		"secure_runtime.k8s_runtime_class",
 		"secure_runtime.type",
+		"server.insecure",
 		"server.limit_concurrency",
 		"server.timeout_keep_alive",
 	}
 	if !slices.Equal(c.Ignored, want) {
 		t.Errorf("Ignored = %q, want %q", c.Ignored, want)
+	}
+	if c.Server.Insecure {
+		t.Error("server.insecure in the file made the server insecure; only the flag and env may")
 	}
 	if c.Docker.OCIRuntime != "runsc" {
 		t.Errorf("secure_runtime.docker_runtime gave docker runtime %q, want runsc", c.Docker.OCIRuntime)

@@ -13,16 +13,16 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
-// sandboxd decodes the parsed TOML tree itself rather than with toml.Decode into structs:
-// toml.Decode matches keys case-insensitively, silently skips a non-table value given for a
-// map, and reports type errors only as formatted strings. Decoding here gives exact key
-// matching, the list of ignored keys, and errors of the form "line 3: server.port: expected
-// integer, got string".
-
 // decode fills dst, a pointer to a struct, from the TOML document doc. Only struct fields
 // with a toml tag are keys; fields of embedded structs count as the embedding struct's own.
 // It returns the keys of doc that match no field, outermost only (a whole unknown table is
 // one key), without array indexes and without duplicates.
+//
+// The TOML library only parses here; decoding into dst is done below rather than by
+// toml.Decode, which matches keys case-insensitively, silently skips a non-table value
+// given for a map, and reports type errors only as formatted strings. This gives exact
+// keys, the ignored keys, and errors such as "line 3: server.port: expected integer, got
+// string".
 func decode(doc string, dst any) (ignored []string, err error) {
 	var tree map[string]any
 	md, err := toml.Decode(doc, &tree)

@@ -47,6 +47,7 @@ func WriteExample(path, example string, force bool) (apiKey string, err error) {
 		err = cerr
 	}
 	if err != nil {
+		os.Remove(p) // a partial file would fail to load or hold a truncated key
 		return "", fmt.Errorf("write config %s: %w", p, err)
 	}
 	return apiKey, nil

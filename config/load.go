@@ -99,16 +99,15 @@ func (c Config) wrap(err error) error {
 	if c.Path != "" {
 		where += " " + c.Path
 	}
-	var errs []error
+	errs := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		errs = j.Unwrap()
-	} else {
-		errs = []error{err}
 	}
+	wrapped := make([]error, len(errs))
 	for i, e := range errs {
-		errs[i] = fmt.Errorf("%s: %w", where, e)
+		wrapped[i] = fmt.Errorf("%s: %w", where, e)
 	}
-	return errors.Join(errs...)
+	return errors.Join(wrapped...)
 }
 
 // normalize puts values into the one form the rest of sandboxd expects.
