@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The project's test command: prepares the machine (e2e/setup.sh), then runs
+# go vet, the unit tests and the end-to-end tests against a real dockerd.
+# Every stage after set-up runs even if an earlier one failed; the exit status
+# is non-zero if any failed.
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 1
+
+section() { printf '\n======== %s ========\n' "$*"; }
+failed=()
+stage() {
+	local name=$1
+	shift
+	section "$name"
+	local start=$SECONDS
+	if "$@"; then
+		printf -- '-------- %s: ok (%ds)\n' "$name" $((SECONDS - start))
+	else
+		printf -- '-------- %s: FAILED (%ds)\n' "$name" $((SECONDS - start))
+		failed+=("$name")
+	fi
+}
+
+section "set-up"
+bash e2e/setup.sh || {
+	echo "e2e/run.sh: set-up failed" >&2
+	exit 1
+}
+
+stage "go vet" go vet ./...
+stage "go vet (e2e)" go vet -tags e2e ./e2e/...
+stage "unit tests" go test ./...
+stage "e2e tests" go test -tags e2e -count=1 -timeout 60m ./e2e/...
+
+section "summary"
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "FAILED: ${failed[*]}"
+	exit 1
+fi
+echo "all stages passed"

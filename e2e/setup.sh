@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Prepares a Debian machine, as root, for e2e/run.sh:
+#   - installs what is missing of docker.io, busybox-static and debootstrap;
+#   - starts the Docker engine if it does not answer (in the background,
+#     logging to $SANDBOXD_DOCKERD_LOG);
+#   - builds the test images (images/build.sh);
+#   - installs the TypeScript SDK used by the e2e tests (e2e/ts).
+# Each step is skipped when its result is already there, so a second run is a
+# fast no-op.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+dockerd_log=${SANDBOXD_DOCKERD_LOG:-/var/log/sandboxd-dockerd.log}
+
+log() { printf '==> setup: %s\n' "$*"; }
+die() {
+	printf 'e2e/setup.sh: %s\n' "$*" >&2
+	exit 1
+}
+
+[ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts dockerd)"
+for tool in go node npm; do
+	command -v "$tool" >/dev/null || die "$tool is not installed"
+done
+
+installed() {
+	[ "$(dpkg-query -W -f '${Status}' "$1" 2>/dev/null)" = "install ok installed" ]
+}
+
+# --- Debian packages -------------------------------------------------------
+missing=()
+command -v dockerd >/dev/null || missing+=(docker.io)
+installed busybox-static || missing+=(busybox-static)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+if [ ${#missing[@]} -gt 0 ]; then
+	log "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+	log "docker.io, busybox-static and debootstrap are installed"
+fi
+
+# --- Docker engine ---------------------------------------------------------
+docker_up() { docker info >/dev/null 2>&1; }
+if docker_up; then
+	log "Docker engine is running"
+else
+	if [ -d /run/systemd/system ] && systemctl start docker 2>/dev/null; then
+		log "started docker.service"
+	else
+		log "starting dockerd (log: $dockerd_log)"
+		setsid dockerd >>"$dockerd_log" 2>&1 </dev/null &
+	fi
+	for _ in $(seq 1 120); do
+		docker_up && break
+		sleep 0.5
+	done
+	docker_up || {
+		tail -n 40 "$dockerd_log" >&2 || true
+		die "the Docker engine did not answer within 60s"
+	}
+	log "Docker engine is running"
+fi
+
+# --- test images -----------------------------------------------------------
+bash "$repo/images/build.sh"
+
+# --- TypeScript SDK --------------------------------------------------------
+ts="$repo/e2e/ts"
+want=$(node -p 'require(process.argv[1]).dependencies["@alibaba-group/opensandbox"]' "$ts/package.json")
+have=$(node -p 'try { require(process.argv[1]).version } catch { "" }' \
+	"$ts/node_modules/@alibaba-group/opensandbox/package.json")
+if [ "$have" = "$want" ]; then
+	log "@alibaba-group/opensandbox $have is installed"
+else
+	log "installing @alibaba-group/opensandbox $want in e2e/ts"
+	# No lock file: it would record registry addresses.
+	(cd "$ts" && npm install --no-audit --no-fund --no-package-lock --no-update-notifier)
+fi
+log "done"
