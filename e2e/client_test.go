@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // apiKeyHeader is the header that carries the API key on the lifecycle API.
@@ -93,24 +92,6 @@ func decodeJSON[T any](t testing.TB, data []byte) T {
 		t.Fatalf("decode JSON %s: %v", data, err)
 	}
 	return v
-}
-
-// eventually polls cond until it reports true or the timeout passes, for
-// states that settle asynchronously (reaping, restarts). cond returns a
-// description of what it saw, printed if the timeout passes.
-func eventually(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %s; last seen: %s", timeout, saw)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // runNode runs one test file of e2e/ts (e.g. "sdk_smoke.test.mjs") with

@@ -122,14 +122,6 @@ func withTOML(snippet string) serverOption {
 	}
 }
 
-// withConfig sets one key of one table of the configuration.
-func withConfig(table, key string, value any) serverOption {
-	return func(cfg map[string]any) error {
-		mergeTables(cfg, map[string]any{table: map[string]any{key: value}})
-		return nil
-	}
-}
-
 // mergeTables copies src into dst, recursing into tables present in both.
 func mergeTables(dst, src map[string]any) {
 	for k, v := range src {
@@ -295,15 +287,6 @@ func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
 	s.start()
-}
-
-// ExitCode is the exit status of the last process, or -1 if it still runs or
-// was ended by a signal.
-func (s *Server) ExitCode() int {
-	if s.running() || s.cmd == nil {
-		return -1
-	}
-	return s.cmd.ProcessState.ExitCode()
 }
 
 func (s *Server) cleanup() {

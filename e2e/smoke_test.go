@@ -79,3 +79,31 @@ func TestSmokeLifecycleTypeScriptSDK(t *testing.T) {
 		t.Errorf("the SDK's kill left %d container(s) behind", len(left))
 	}
 }
+
+// TestSmokeRestart checks that a sandbox outlives its server: after a crash
+// (SIGKILL) and after a clean stop, the restarted server still serves it.
+func TestSmokeRestart(t *testing.T) {
+	s := startServer(t)
+	var created sandboxJSON
+	s.doJSON(t, http.MethodPost, "/v1/sandboxes", busyboxRequest(), http.StatusAccepted, &created)
+
+	for _, stop := range []struct {
+		name string
+		stop func()
+	}{
+		{"SIGKILL", s.Kill9},
+		{"SIGTERM", s.Stop},
+	} {
+		stop.stop()
+		s.Restart()
+		var got sandboxJSON
+		s.doJSON(t, http.MethodGet, sandboxPath(created.ID), nil, http.StatusOK, &got)
+		if got.Status.State != "Running" {
+			t.Errorf("after %s and restart: state %q, want Running", stop.name, got.Status.State)
+		}
+		if ctr := sandboxContainer(t, created.ID); !ctr.State.Running {
+			t.Errorf("after %s and restart: container is %s, want running", stop.name, ctr.State.Status)
+		}
+	}
+	s.doJSON(t, http.MethodDelete, sandboxPath(created.ID), nil, http.StatusNoContent, nil)
+}
