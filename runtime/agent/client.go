@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// Client is the host side of the connection to one agent: HTTP requests to
+// the execd API travel over yamux streams on the agent's stdin and stdout.
+type Client struct {
+	session   *yamux.Session
+	transport *http.Transport
+}
+
+// Dial starts a yamux client on conn, the agent's attached stdin and stdout.
+func Dial(conn io.ReadWriteCloser) (*Client, error) {
+	session, err := yamux.Client(conn, yamuxConfig(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return nil, fmt.Errorf("agent: start yamux client: %w", err)
+	}
+	c := &Client{session: session}
+	c.transport = &http.Transport{
+		// Every new HTTP connection is a new stream; the URL's host is
+		// irrelevant.
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return session.Open()
+		},
+		Proxy:               nil,
+		DisableCompression:  true, // the agent is local: compression only costs CPU
+		MaxIdleConns:        64,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return c, nil
+}
+
+// Transport returns the RoundTripper that reaches the agent. The URL's
+// scheme must be http; its host is ignored.
+func (c *Client) Transport() http.RoundTripper { return c.transport }
+
+// Done is closed when the session ends: the agent exited or was killed, or
+// Close was called.
+func (c *Client) Done() <-chan struct{} { return c.session.CloseChan() }
+
+// Close ends the session and with it every request in flight.
+func (c *Client) Close() error {
+	c.transport.CloseIdleConnections()
+	return c.session.Close()
+}

@@ -1,0 +1,327 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxArgScript is the largest script passed as `sh -c` argument. Linux caps
+// one argument at 128 KiB (MAX_ARG_STRLEN); larger scripts (and scripts with
+// NUL bytes) are handed to the shell as a file it reads as /dev/fd/N.
+const maxArgScript = 64 << 10
+
+// errNotRunning is returned when signalling a process that has exited.
+var errNotRunning = errors.New("process is not running")
+
+// shell is the command interpreter found in the sandbox.
+type shell struct {
+	path   string
+	isBash bool
+}
+
+// findShell looks for bash, then sh, in PATH and then in the usual
+// directories, because the sandbox's PATH may be empty or odd.
+func findShell() (shell, error) {
+	for _, name := range []string{"bash", "sh"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return shell{path: p, isBash: name == "bash"}, nil
+		}
+		for _, dir := range []string{"/bin", "/usr/bin", "/usr/local/bin"} {
+			p := filepath.Join(dir, name)
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+				return shell{path: p, isBash: name == "bash"}, nil
+			}
+		}
+	}
+	return shell{}, errors.New("no shell: neither bash nor sh found in the sandbox")
+}
+
+// execSpec describes one shell command to start.
+type execSpec struct {
+	script string
+	dir    string
+	env    []string
+	cred   *syscall.Credential
+	stdin  *os.File   // nil means /dev/null
+	stdout *os.File   // nil means /dev/null
+	stderr *os.File   // nil means /dev/null
+	extra  []*os.File // the child's file descriptors 3, 4, ...
+}
+
+// process is a started command. It is the leader of its own process group,
+// and signals go to the whole group so that children die with it.
+type process struct {
+	cmd  *exec.Cmd
+	pid  int
+	done chan struct{} // closed when the process has been reaped
+
+	mu     sync.Mutex
+	exited bool // the leader has exited: its pid may be reused once reaped
+	state  *os.ProcessState
+}
+
+// start runs spec.script with the given shell in a new process group.
+func start(sh shell, spec execSpec) (*process, error) {
+	cmd := exec.Command(sh.path)
+	cmd.Args = []string{filepath.Base(sh.path)}
+	cmd.Dir = spec.dir
+	cmd.Env = spec.env
+	// Leave unset streams as untyped nil: exec.Cmd connects those to /dev/null.
+	if spec.stdin != nil {
+		cmd.Stdin = spec.stdin
+	}
+	if spec.stdout != nil {
+		cmd.Stdout = spec.stdout
+	}
+	if spec.stderr != nil {
+		cmd.Stderr = spec.stderr
+	}
+	cmd.ExtraFiles = spec.extra
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred}
+
+	if len(spec.script) <= maxArgScript && !strings.Contains(spec.script, "\x00") {
+		cmd.Args = append(cmd.Args, "-c", spec.script)
+	} else {
+		f, err := scriptFile(spec.script, spec.cred)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		cmd.ExtraFiles = append(slices.Clip(cmd.ExtraFiles), f)
+		cmd.Args = append(cmd.Args, "/dev/fd/"+strconv.Itoa(2+len(cmd.ExtraFiles)))
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+	go p.wait()
+	return p, nil
+}
+
+// scriptFile puts a script in an anonymous memory file for the shell to
+// read as /dev/fd/N. Unlike a pipe it is seekable, which bash needs to read
+// a script in blocks rather than byte by byte, and unlike a temp file it
+// needs no writable filesystem.
+func scriptFile(script string, cred *syscall.Credential) (*os.File, error) {
+	fd, err := unix.MemfdCreate("sandboxd-script", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("create script file: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "sandboxd-script")
+	if _, err := f.WriteString(script); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write script file: %w", err)
+	}
+	if cred != nil {
+		// The shell reopens the file through /proc, which checks its owner
+		// against the command's user.
+		if err := f.Chown(int(cred.Uid), int(cred.Gid)); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("script file: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// adopt tracks a process started by other means (a PTY session). It must
+// lead its own process group.
+func adopt(cmd *exec.Cmd) *process {
+	p := &process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+	go p.wait()
+	return p
+}
+
+func (p *process) wait() {
+	// Wait for the exit without reaping first, so that signal never sends
+	// to a pid that the kernel may already have given to another process.
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	p.mu.Lock()
+	p.exited = true
+	p.mu.Unlock()
+	_ = p.cmd.Wait() // the exit status is in ProcessState
+	p.mu.Lock()
+	p.state = p.cmd.ProcessState
+	p.mu.Unlock()
+	close(p.done)
+}
+
+// signal sends sig to the process group while its leader runs.
+func (p *process) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited {
+		return errNotRunning
+	}
+	if err := unix.Kill(-p.pid, sig); err != nil {
+		return fmt.Errorf("signal process group %d: %w", p.pid, err)
+	}
+	return nil
+}
+
+// terminate sends SIGTERM to the process group, then SIGKILL if the leader
+// is still running after grace, and waits for it to be reaped.
+func (p *process) terminate(grace time.Duration) error {
+	if err := p.signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-t.C:
+	}
+	if err := p.signal(syscall.SIGKILL); err != nil && !errors.Is(err, errNotRunning) {
+		return err
+	}
+	<-p.done
+	return nil
+}
+
+// result returns the exit code (-1 if killed by a signal) and the wait
+// status as text ("exit status 1", "signal: killed"). Valid after done.
+func (p *process) result() (int, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == nil {
+		return -1, "unknown exit status"
+	}
+	return p.state.ExitCode(), p.state.String()
+}
+
+// running reports whether the process has not been reaped yet.
+func (p *process) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// credential returns the identity to run a command as: uid with its primary
+// group and supplementary groups from the sandbox's user database when it
+// resolves, gid overriding the primary group. A nil result means the
+// agent's own identity.
+func credential(uid, gid *uint32) *syscall.Credential {
+	if uid == nil {
+		return nil
+	}
+	cred := &syscall.Credential{Uid: *uid, Groups: []uint32{}}
+	if u, err := user.LookupId(strconv.FormatUint(uint64(*uid), 10)); err == nil {
+		if g, err := strconv.ParseUint(u.Gid, 10, 32); err == nil {
+			cred.Gid = uint32(g)
+		}
+		if ids, err := u.GroupIds(); err == nil {
+			for _, id := range ids {
+				if g, err := strconv.ParseUint(id, 10, 32); err == nil {
+					cred.Groups = append(cred.Groups, uint32(g))
+				}
+			}
+		}
+	}
+	if gid != nil {
+		cred.Gid = *gid
+	}
+	if cred.Uid == uint32(os.Getuid()) && cred.Gid == uint32(os.Getgid()) && os.Getuid() != 0 {
+		// Already this identity; a non-root agent could not call setgroups.
+		return nil
+	}
+	return cred
+}
+
+// mergeEnv returns base with the variables of extra set, in a stable order.
+func mergeEnv(base []string, extra map[string]string) []string {
+	if len(extra) == 0 {
+		return base
+	}
+	out := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := extra[k]; !ok {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		out = append(out, k+"="+extra[k])
+	}
+	return out
+}
+
+// lookupEnv finds key in an environment list; the last entry wins.
+func lookupEnv(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// expandPath expands $VAR, ${VAR} and a leading ~ like execd does for
+// working directories. Referencing an undefined variable is an error.
+func expandPath(p string, env []string) (string, error) {
+	var missing []string
+	p = os.Expand(p, func(k string) string {
+		v, ok := lookupEnv(env, k)
+		if !ok {
+			missing = append(missing, k)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("path references undefined environment variables: %s", strings.Join(missing, ","))
+	}
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		home, ok := lookupEnv(env, "HOME")
+		if !ok || home == "" {
+			var err error
+			if home, err = os.UserHomeDir(); err != nil {
+				return "", err
+			}
+		}
+		p = home + p[1:]
+	}
+	return p, nil
+}
+
+// checkDir expands dir and checks that it is an existing directory.
+func checkDir(dir string, env []string) (string, error) {
+	if dir == "" {
+		return "", nil
+	}
+	p, err := expandPath(dir, env)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("working directory does not exist: %s", dir)
+		}
+		return "", fmt.Errorf("cannot access working directory %q: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("working directory is not a directory: %s", dir)
+	}
+	return p, nil
+}

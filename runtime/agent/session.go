@@ -1,0 +1,264 @@
+package agent
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A bash session keeps its working directory and exported environment from
+// one run to the next. Like upstream execd, each run is a fresh shell: on
+// exit, a trap writes the shell's final directory and exported variables to
+// a pipe, and the next run starts from them. The state travels on its own
+// file descriptor, so output is never mixed with it.
+//
+// The trap duplicates the pipe (fd 3) to a high descriptor first, so that
+// fd 3 is free for the user's script.
+const (
+	bashStatePrologue = `exec {__sandboxd_fd}>&3 3>&-; trap '__sandboxd_rc=$?; set +eu; IFS=$'"'"' \t\n'"'"'; ` +
+		`{ printf "%s\0" "$PWD"; for __sandboxd_v in $(compgen -e); do [[ -v $__sandboxd_v ]] && printf "%s=%s\0" "$__sandboxd_v" "${!__sandboxd_v}"; done; } >&"$__sandboxd_fd"; ` +
+		`exit $__sandboxd_rc' EXIT; `
+	// Without bash only the directory persists.
+	shStatePrologue = `trap '__sandboxd_rc=$?; printf "%s\0" "$PWD" >&3; exit $__sandboxd_rc' EXIT; `
+
+	// maxStateSize bounds what a run may hand to the next one.
+	maxStateSize = 16 << 20
+	// maxEnvEntry is the longest "KEY=value" the kernel accepts in execve.
+	maxEnvEntry = 128<<10 - 1
+)
+
+// bashSession is one persistent session. Runs take turns.
+type bashSession struct {
+	id   string
+	turn chan struct{} // holds a token while a run is in progress
+
+	mu     sync.Mutex
+	dir    string
+	env    []string
+	proc   *process // the current run
+	closed bool
+}
+
+// current returns the running process, if any.
+func (b *bashSession) current() *process {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.proc != nil && b.proc.running() {
+		return b.proc
+	}
+	return nil
+}
+
+type sessionTable struct {
+	mu   sync.Mutex
+	byID map[string]*bashSession
+}
+
+func (t *sessionTable) init() { t.byID = make(map[string]*bashSession) }
+
+func (t *sessionTable) get(id string) *bashSession {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byID[id]
+}
+
+func (t *sessionTable) remove(id string) *bashSession {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.byID[id]
+	delete(t.byID, id)
+	return b
+}
+
+func (t *sessionTable) running() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, b := range t.byID {
+		if b.current() != nil {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *sessionTable) closeAll() {
+	t.mu.Lock()
+	ids := make([]string, 0, len(t.byID))
+	for id := range t.byID {
+		ids = append(ids, id)
+	}
+	t.mu.Unlock()
+	for _, id := range ids {
+		t.remove(id).close()
+	}
+}
+
+// close ends the session and kills its running command.
+func (b *bashSession) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	if b.proc != nil {
+		_ = b.proc.signal(syscall.SIGKILL)
+	}
+}
+
+// createSession serves POST /session {cwd?}.
+func (s *server) createSession(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Cwd string `json:"cwd"`
+	}
+	if err := decodeJSON(w, r, &req, true); err != nil {
+		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
+		return
+	}
+	env := os.Environ()
+	dir, err := expandPath(req.Cwd, env)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
+		return
+	}
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			writeError(w, http.StatusInternalServerError, codeRuntimeError, "error creating session directory: "+err.Error())
+			return
+		}
+	}
+	b := &bashSession{id: newID(), turn: make(chan struct{}, 1), dir: dir, env: env}
+	s.sessions.mu.Lock()
+	s.sessions.byID[b.id] = b
+	s.sessions.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]string{"session_id": b.id})
+}
+
+// deleteSession serves DELETE /session/{id}.
+func (s *server) deleteSession(w http.ResponseWriter, r *http.Request) {
+	b := s.sessions.remove(r.PathValue("id"))
+	if b == nil {
+		writeError(w, http.StatusNotFound, codeContextNotFound, "session "+r.PathValue("id")+" not found")
+		return
+	}
+	b.close()
+}
+
+// runInSession serves POST /session/{id}/run {command, cwd?, timeout?}
+// with the same event stream as POST /command; init carries the session id.
+func (s *server) runInSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	b := s.sessions.get(id)
+	if b == nil {
+		writeError(w, http.StatusNotFound, codeContextNotFound, "session "+id+" not found")
+		return
+	}
+	var req struct {
+		Command string `json:"command"`
+		Cwd     string `json:"cwd"`
+		Timeout int64  `json:"timeout"` // milliseconds
+	}
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
+		return
+	}
+	if req.Command == "" {
+		writeError(w, http.StatusBadRequest, codeInvalidRequest, "command is required")
+		return
+	}
+	if req.Timeout < 0 {
+		writeError(w, http.StatusBadRequest, codeInvalidRequest, "timeout must not be negative")
+		return
+	}
+
+	select {
+	case b.turn <- struct{}{}:
+		defer func() { <-b.turn }()
+	case <-r.Context().Done():
+		return
+	}
+	b.mu.Lock()
+	closed, dir, env := b.closed, b.dir, b.env
+	b.mu.Unlock()
+	if closed {
+		writeError(w, http.StatusNotFound, codeContextNotFound, "session "+id+" not found")
+		return
+	}
+	if req.Cwd != "" {
+		d, err := checkDir(req.Cwd, env)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
+			return
+		}
+		dir = d
+	} else if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		dir = "" // the session's directory is gone: start where the agent is
+	}
+
+	stateR, stateW, err := os.Pipe()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, codeRuntimeError, "state pipe: "+err.Error())
+		return
+	}
+	defer stateW.Close()
+	var state bytes.Buffer
+	statePump := startPump(stateR, func(p []byte) {
+		if state.Len()+len(p) <= maxStateSize {
+			state.Write(p)
+		}
+	}, nil, false)
+
+	prologue := shStatePrologue
+	if sh, err := s.findShell(); err == nil && sh.isBash {
+		prologue = bashStatePrologue
+	}
+	spec := execSpec{script: prologue + req.Command, dir: dir, env: env, extra: []*os.File{stateW}}
+	es := newEventStream(w)
+	p := s.runStreaming(r.Context(), es, id, spec, time.Duration(req.Timeout)*time.Millisecond, func(p *process) {
+		stateW.Close()
+		b.mu.Lock()
+		b.proc = p
+		b.mu.Unlock()
+	})
+	stateW.Close()
+	statePump.exited()
+	statePump.wait()
+	if p == nil {
+		return
+	}
+	if dir, env, ok := parseState(state.Bytes()); ok {
+		b.mu.Lock()
+		b.dir = dir
+		if env != nil {
+			b.env = env
+		}
+		b.mu.Unlock()
+	}
+}
+
+// parseState reads what the exit trap wrote: NUL-terminated records, the
+// directory first, then the exported variables (bash only; nil env
+// otherwise). A shell killed by a signal writes nothing.
+func parseState(b []byte) (dir string, env []string, ok bool) {
+	records := strings.Split(string(b), "\x00")
+	if len(records) < 2 { // at least the directory and the empty tail
+		return "", nil, false
+	}
+	dir, records = records[0], records[1:len(records)-1]
+	if len(records) == 0 {
+		return dir, nil, true
+	}
+	env = make([]string, 0, len(records))
+	for _, kv := range records {
+		k, _, ok := strings.Cut(kv, "=")
+		// A new shell sets SHLVL and _ itself; oversized entries would make
+		// the next exec fail.
+		if !ok || k == "SHLVL" || k == "_" || len(kv) > maxEnvEntry {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return dir, env, true
+}
