@@ -1,0 +1,307 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+func TestDeadlines(t *testing.T) {
+	t0 := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { v := t0.Add(d); return &v }
+	tests := []struct {
+		name     string
+		rec      Record
+		max      int           // max_sandbox_timeout_seconds
+		memory   time.Duration // in-memory activity at t0+memory (0 = none)
+		ttl      *time.Time
+		idle     *time.Time
+		deadline *time.Time
+	}{
+		{name: "manual cleanup, no idle timeout", rec: Record{}},
+		{name: "ttl only", rec: Record{ExpiresAt: at(time.Hour)}, ttl: at(time.Hour), deadline: at(time.Hour)},
+		{name: "idle only", rec: Record{IdleTimeout: 600}, idle: at(10 * time.Minute), deadline: at(10 * time.Minute)},
+		{name: "idle before ttl", rec: Record{ExpiresAt: at(time.Hour), IdleTimeout: 600},
+			ttl: at(time.Hour), idle: at(10 * time.Minute), deadline: at(10 * time.Minute)},
+		{name: "ttl before idle", rec: Record{ExpiresAt: at(5 * time.Minute), IdleTimeout: 600},
+			ttl: at(5 * time.Minute), idle: at(10 * time.Minute), deadline: at(5 * time.Minute)},
+		{name: "renew on access extends the ttl", rec: Record{ExpiresAt: at(time.Minute), RenewOnAccess: 300, LastActivity: t0.Add(2 * time.Minute)},
+			ttl: at(7 * time.Minute), deadline: at(7 * time.Minute)},
+		{name: "renew on access never shortens", rec: Record{ExpiresAt: at(time.Hour), RenewOnAccess: 300, LastActivity: t0.Add(2 * time.Minute)},
+			ttl: at(time.Hour), deadline: at(time.Hour)},
+		{name: "renew on access capped from createdAt", rec: Record{ExpiresAt: at(time.Minute), RenewOnAccess: 3600, LastActivity: t0.Add(30 * time.Minute)},
+			max: 1800, ttl: at(30 * time.Minute), deadline: at(30 * time.Minute)},
+		{name: "renew on access without a cap", rec: Record{ExpiresAt: at(time.Minute), RenewOnAccess: 3600, LastActivity: t0.Add(30 * time.Minute)},
+			ttl: at(90 * time.Minute), deadline: at(90 * time.Minute)},
+		{name: "cap ignored without renew on access", rec: Record{ExpiresAt: at(time.Hour)},
+			max: 60, ttl: at(time.Hour), deadline: at(time.Hour)},
+		{name: "manual cleanup ignores renew on access", rec: Record{RenewOnAccess: 300, LastActivity: t0.Add(time.Hour)}},
+		{name: "in-memory activity newer than the record", rec: Record{IdleTimeout: 60, LastActivity: t0}, memory: 5 * time.Minute,
+			idle: at(6 * time.Minute), deadline: at(6 * time.Minute)},
+		{name: "in-memory activity older than the record", rec: Record{IdleTimeout: 60, LastActivity: t0.Add(10 * time.Minute)}, memory: 5 * time.Minute,
+			idle: at(11 * time.Minute), deadline: at(11 * time.Minute)},
+		{name: "in-memory activity renews on access", rec: Record{ExpiresAt: at(time.Minute), RenewOnAccess: 300}, memory: 3 * time.Minute,
+			ttl: at(8 * time.Minute), deadline: at(8 * time.Minute)},
+	}
+	eq := func(a, b *time.Time) bool {
+		if a == nil || b == nil {
+			return a == b
+		}
+		return a.Equal(*b)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, func(c *config.Config) { c.Server.MaxSandboxTimeoutSeconds = tt.max })
+			rec := tt.rec
+			rec.ID, rec.CreatedAt = "sb", t0
+			if rec.LastActivity.IsZero() {
+				rec.LastActivity = t0
+			}
+			if tt.memory != 0 {
+				e.clock.t = t0.Add(tt.memory)
+				e.m.Touch(rec.ID)
+			}
+			if got := e.m.ttlDeadline(&rec); !eq(got, tt.ttl) {
+				t.Errorf("ttlDeadline = %v, want %v", got, tt.ttl)
+			}
+			if got := e.m.idleDeadline(&rec); !eq(got, tt.idle) {
+				t.Errorf("idleDeadline = %v, want %v", got, tt.idle)
+			}
+			if got := e.m.deadline(&rec); !eq(got, tt.deadline) {
+				t.Errorf("deadline = %v, want %v", got, tt.deadline)
+			}
+		})
+	}
+}
+
+func TestRenewOnAccessThroughProxy(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) { c.Server.MaxSandboxTimeoutSeconds = 3600 })
+	ctx := context.Background()
+	req := validRequest()
+	req.Timeout = ptr(60)
+	req.Extensions = map[string]string{ExtRenewOnAccess: "600"}
+	sb, _ := e.create(t, req)
+	t0 := sb.CreatedAt
+	if !sb.ExpiresAt.Equal(t0.Add(10 * time.Minute)) {
+		// Creation itself is activity: expiresAt is createdAt + E.
+		t.Errorf("expiresAt at create = %v, want createdAt+600s", sb.ExpiresAt)
+	}
+	steps := []struct {
+		advance time.Duration
+		want    time.Duration // expected expiresAt - t0
+	}{
+		{5 * time.Minute, 15 * time.Minute},
+		{5 * time.Minute, 20 * time.Minute},
+		{45 * time.Minute, 60 * time.Minute}, // capped at createdAt + max
+	}
+	for i, s := range steps {
+		e.clock.Advance(s.advance)
+		if _, err := e.m.Transport(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.m.Get(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.ExpiresAt.Equal(t0.Add(s.want)) {
+			t.Errorf("step %d: expiresAt = %v, want createdAt+%v", i, got.ExpiresAt, s.want)
+		}
+	}
+}
+
+func TestTouchMovesIdleDeadline(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) { c.Lifecycle.IdleTimeout = config.Duration{Duration: 5 * time.Minute} })
+	req := validRequest()
+	req.Timeout = nil
+	sb, _ := e.create(t, req)
+	if !sb.ExpiresAt.Equal(sb.CreatedAt.Add(5 * time.Minute)) {
+		t.Fatalf("expiresAt = %v, want createdAt+5m", sb.ExpiresAt)
+	}
+	e.clock.Advance(3 * time.Minute)
+	e.m.Touch(sb.ID)
+	got, err := e.m.Get(context.Background(), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := e.clock.Now().Add(5 * time.Minute); !got.ExpiresAt.Equal(want) {
+		t.Errorf("after Touch expiresAt = %v, want %v", got.ExpiresAt, want)
+	}
+}
+
+func TestSweepTTL(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	short := validRequest()
+	short.Timeout = ptr(60)
+	expiring, expiringCID := e.create(t, short)
+	long, longCID := e.create(t, validRequest()) // 600 s
+	manualReq := validRequest()
+	manualReq.Timeout = nil
+	manual, manualCID := e.create(t, manualReq)
+
+	e.clock.Advance(59 * time.Second)
+	e.m.Sweep(ctx)
+	if !e.rt.exists(expiringCID) {
+		t.Fatal("sandbox reaped before its deadline")
+	}
+	e.clock.Advance(time.Second) // exactly at the deadline
+	e.m.Sweep(ctx)
+	if e.rt.exists(expiringCID) {
+		t.Error("expired sandbox's container not removed")
+	}
+	if _, err := e.store.Sandbox(expiring.ID); !errors.Is(err, errNoRecord) {
+		t.Errorf("expired sandbox's record kept: %v", err)
+	}
+	for _, k := range []struct{ id, cid string }{{long.ID, longCID}, {manual.ID, manualCID}} {
+		if !e.rt.exists(k.cid) {
+			t.Errorf("sandbox %s reaped early", k.id)
+		}
+	}
+	e.clock.Advance(24 * time.Hour)
+	e.m.Sweep(ctx)
+	if e.rt.exists(longCID) || !e.rt.exists(manualCID) {
+		t.Errorf("after a day: ttl sandbox exists=%v (want false), manual exists=%v (want true)", e.rt.exists(longCID), e.rt.exists(manualCID))
+	}
+}
+
+func TestSweepSkipsCreating(t *testing.T) {
+	e := newEnv(t, nil)
+	past := e.clock.Now().Add(-time.Hour)
+	if err := e.store.PutSandbox(&Record{ID: "c", State: recordCreating, CreatedAt: past, ExpiresAt: &past}); err != nil {
+		t.Fatal(err)
+	}
+	e.m.Sweep(context.Background())
+	if _, err := e.store.Sandbox("c"); err != nil {
+		t.Errorf("Sweep touched a record still being created: %v", err)
+	}
+}
+
+func TestSweepIdle(t *testing.T) {
+	tests := []struct {
+		name   string
+		agent  http.HandlerFunc
+		paused bool
+		keep   bool
+	}{
+		{"work running", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/_sandboxd/activity" {
+				http.NotFound(w, r)
+				return
+			}
+			_, _ = io.WriteString(w, `{"running":1}`)
+		}, false, true},
+		{"nothing running", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, `{"running":0}`) }, false, false},
+		{"agent answers garbage", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, `nope`) }, false, false},
+		{"agent unreachable", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, `{"running":1}`) }, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, func(c *config.Config) { c.Lifecycle.IdleTimeout = config.Duration{Duration: 10 * time.Minute} })
+			e.rt.agent = tt.agent
+			sb, cid := e.create(t, validRequest()) // TTL 600 s + idle 600 s: TTL is not what reaps here
+			e.clock.Advance(5 * time.Minute)
+			e.m.Sweep(context.Background())
+			if !e.rt.exists(cid) {
+				t.Fatal("reaped before the idle deadline")
+			}
+			if _, err := e.m.Renew(context.Background(), sb.ID, e.clock.Now().Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if tt.paused {
+				e.rt.set(t, cid, func(c *runtime.Container) { c.Paused, c.Status = true, "paused" })
+			}
+			e.clock.Advance(11 * time.Minute) // idle for at least 11 min, TTL not reached
+			e.m.Sweep(context.Background())
+			if got := e.rt.exists(cid); got != tt.keep {
+				t.Fatalf("container exists = %v, want %v", got, tt.keep)
+			}
+			if !tt.keep {
+				return
+			}
+			// Busy counts as activity: the idle deadline moved to now+I.
+			got, err := e.m.Get(context.Background(), sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := e.clock.Now().Add(10 * time.Minute); !got.ExpiresAt.Equal(want) {
+				t.Errorf("expiresAt after a busy sweep = %v, want %v", got.ExpiresAt, want)
+			}
+		})
+	}
+}
+
+func TestRenewIsActivity(t *testing.T) {
+	// The expiry rules count a renewal as activity: a client that renews
+	// wants its sandbox, so the idle deadline restarts.
+	e := newEnv(t, func(c *config.Config) { c.Lifecycle.IdleTimeout = config.Duration{Duration: 10 * time.Minute} })
+	sb, cid := e.create(t, validRequest())
+	e.clock.Advance(8 * time.Minute)
+	if _, err := e.m.Renew(context.Background(), sb.ID, e.clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(5 * time.Minute)
+	e.m.Sweep(context.Background())
+	if !e.rt.exists(cid) {
+		t.Error("sandbox reaped as idle 5 minutes after a renewal (idle timeout 10 minutes)")
+	}
+}
+
+func TestPersistActivity(t *testing.T) {
+	e := newEnv(t, nil)
+	sb, _ := e.create(t, validRequest())
+	created := e.clock.Now()
+
+	e.clock.Advance(time.Minute)
+	e.m.Touch(sb.ID)
+	e.m.Touch("unknown-sandbox")
+	e.m.persistActivity()
+	rec, err := e.store.Sandbox(sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := created.Add(time.Minute); !rec.LastActivity.Equal(want) {
+		t.Errorf("persisted lastActivity = %v, want %v", rec.LastActivity, want)
+	}
+	if n := len(e.m.activity); n != 0 {
+		t.Errorf("%d activity entries left in memory", n)
+	}
+	if _, err := e.store.Sandbox("unknown-sandbox"); !errors.Is(err, errNoRecord) {
+		t.Errorf("persisting activity created a record: %v", err)
+	}
+
+	// An older in-memory time never moves the persisted one back.
+	e.m.mu.Lock()
+	e.m.activity[sb.ID] = created
+	e.m.mu.Unlock()
+	e.m.persistActivity()
+	if rec, _ := e.store.Sandbox(sb.ID); !rec.LastActivity.Equal(created.Add(time.Minute)) {
+		t.Errorf("lastActivity moved back to %v", rec.LastActivity)
+	}
+
+	// Sweep persists too, so activity survives a restart.
+	e.clock.Advance(time.Minute)
+	e.m.Touch(sb.ID)
+	e.m.Sweep(context.Background())
+	if rec, _ := e.store.Sandbox(sb.ID); !rec.LastActivity.Equal(e.clock.Now()) {
+		t.Errorf("Sweep did not persist activity: %v", rec.LastActivity)
+	}
+}
+
+func TestRunReaperStops(t *testing.T) {
+	e := newEnv(t, nil)
+	sb, _ := e.create(t, validRequest())
+	e.clock.Advance(time.Minute)
+	e.m.Touch(sb.ID)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e.m.RunReaper(ctx) // returns at once, persisting activity on the way out
+	if rec, _ := e.store.Sandbox(sb.ID); !rec.LastActivity.Equal(e.clock.Now()) {
+		t.Errorf("RunReaper did not persist activity on exit: %v", rec.LastActivity)
+	}
+}

@@ -1,0 +1,143 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestParseMode(t *testing.T) {
+	tests := []struct {
+		in   int
+		want os.FileMode
+		ok   bool
+	}{
+		{644, 0o644, true},
+		{755, 0o755, true},
+		{600, 0o600, true},
+		{7, 0o7, true},
+		{0, 0, true},
+		{4755, 0o4755, true},
+		{7777, 0o7777, true},
+		{648, 0, false},
+		{9, 0, false},
+		{8, 0, false},
+		{680, 0, false},
+		{-1, 0, false},
+		{10000, 0, false},
+	}
+	for _, tt := range tests {
+		got, err := ParseMode(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("ParseMode(%d) = %o, %v; want %o, ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestSpool(t *testing.T) {
+	for _, size := range []int{0, 10, spoolInMemory, spoolInMemory + 1, 3 * spoolInMemory} {
+		data := bytes.Repeat([]byte("x"), size)
+		s, err := Spool(bytes.NewReader(data))
+		if err != nil {
+			t.Fatalf("Spool(%d bytes): %v", size, err)
+		}
+		got, err := io.ReadAll(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Size != int64(size) || !bytes.Equal(got, data) {
+			t.Errorf("Spool(%d bytes): Size %d, read %d bytes", size, s.Size, len(got))
+		}
+		name := ""
+		if s.file != nil {
+			name = s.file.Name()
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if name != "" {
+			if _, err := os.Stat(name); !os.IsNotExist(err) {
+				t.Errorf("spool file %s left behind (%v)", name, err)
+			}
+		}
+	}
+}
+
+func TestPutFileOpenFile(t *testing.T) {
+	e := newEnv(t, nil)
+	sb, cid := e.create(t, validRequest())
+	ctx := context.Background()
+
+	// Upload into a directory that does not exist yet: parents are created.
+	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/a/b.txt", Mode: 600}, strings.NewReader("hello")); err != nil {
+		t.Fatalf("PutFile: %v", err)
+	}
+	for _, d := range []string{"/work", "/work/a"} {
+		if fl, ok := e.rt.file(cid, d); !ok || !fl.dir {
+			t.Errorf("directory %s not created", d)
+		}
+	}
+	if fl, ok := e.rt.file(cid, "/work/a/b.txt"); !ok || string(fl.data) != "hello" || fl.mode != 0o600 {
+		t.Errorf("uploaded file = %+v, %v; want hello with mode 0600", fl, ok)
+	}
+
+	// Mode 0 keeps an existing file's mode; a new file gets 0644.
+	e.rt.putFile(t, cid, "/work/run.sh", fakeFile{data: []byte("old"), mode: 0o755})
+	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/run.sh"}, strings.NewReader("new")); err != nil {
+		t.Fatal(err)
+	}
+	if fl, _ := e.rt.file(cid, "/work/run.sh"); fl.mode != 0o755 || string(fl.data) != "new" {
+		t.Errorf("overwritten file mode %o data %q, want 0755 new", fl.mode, fl.data)
+	}
+	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/new.txt"}, strings.NewReader("")); err != nil {
+		t.Fatal(err)
+	}
+	if fl, _ := e.rt.file(cid, "/work/new.txt"); fl.mode != 0o644 {
+		t.Errorf("new file mode %o, want 0644", fl.mode)
+	}
+
+	e.rt.putFile(t, cid, "/work/link", fakeFile{link: "a/b.txt"})
+	e.rt.putFile(t, cid, "/loop", fakeFile{link: "/loop"})
+	for _, p := range []string{"/work/a/b.txt", "/work/link", "/work/./a/../a/b.txt"} {
+		f, err := e.m.OpenFile(ctx, sb.ID, p)
+		if err != nil {
+			t.Fatalf("OpenFile(%s): %v", p, err)
+		}
+		got, _ := io.ReadAll(f)
+		f.Close()
+		if string(got) != "hello" || f.Size != 5 || f.Name != "b.txt" {
+			t.Errorf("OpenFile(%s) = %q size %d name %q", p, got, f.Size, f.Name)
+		}
+	}
+
+	errTests := []struct {
+		name string
+		err  error
+		kind Kind
+		code string
+	}{
+		{"put relative", e.m.PutFile(ctx, sb.ID, FileMeta{Path: "rel.txt"}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
+		{"put root", e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/"}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
+		{"put bad mode", e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/x", Mode: 999}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
+		{"put under a file", e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/a/b.txt/c"}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
+		{"put unknown sandbox", e.m.PutFile(ctx, "nope", FileMeta{Path: "/x"}, strings.NewReader("")), KindNotFound, CodeSandboxNotFound},
+		{"open missing", openErr(e.m, sb.ID, "/missing"), KindNotFound, CodeFileNotFound},
+		{"open directory", openErr(e.m, sb.ID, "/work"), KindInvalid, CodeInvalidFile},
+		{"open relative", openErr(e.m, sb.ID, "work"), KindInvalid, CodeInvalidFile},
+		{"open symlink loop", openErr(e.m, sb.ID, "/loop"), KindInvalid, CodeInvalidFile},
+	}
+	for _, tt := range errTests {
+		t.Run(tt.name, func(t *testing.T) { wantCode(t, tt.err, tt.kind, tt.code) })
+	}
+}
+
+func openErr(m *Manager, id, p string) error {
+	f, err := m.OpenFile(context.Background(), id, p)
+	if err == nil {
+		f.Close()
+	}
+	return err
+}

@@ -1,0 +1,192 @@
+package lifecycle
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+func TestCheckHostPath(t *testing.T) {
+	root := t.TempDir()
+	allowed := filepath.Join(root, "allowed")
+	outside := filepath.Join(root, "outside")
+	for _, d := range []string{allowed, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(allowed, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(allowed, "real"), filepath.Join(root, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(allowed, "file.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	storeDir := filepath.Join(root, "state")
+	innerStore := filepath.Join(allowed, "state")
+
+	tests := []struct {
+		name       string
+		allow      []string
+		store      string // store dir; "" = storeDir
+		path       string
+		code       string // "" = allowed
+		want       string // resolved path when allowed
+		notCreated string // a path that must not exist afterwards
+	}{
+		{name: "existing dir", allow: []string{allowed}, path: allowed, want: allowed},
+		{name: "missing dir is created", allow: []string{allowed}, path: filepath.Join(allowed, "new", "deep"), want: filepath.Join(allowed, "new", "deep")},
+		{name: "existing regular file", allow: []string{allowed}, path: filepath.Join(allowed, "file.txt"), want: filepath.Join(allowed, "file.txt")},
+		{name: "allow-list entry not normalised", allow: []string{allowed + "/"}, path: filepath.Join(allowed, "n2"), want: filepath.Join(allowed, "n2")},
+		{name: "outside is refused and not created", allow: []string{allowed}, path: filepath.Join(outside, "made"), code: CodeVolHostNotAllowed, notCreated: filepath.Join(outside, "made")},
+		{name: "sibling prefix is refused", allow: []string{allowed}, path: allowed + "2", code: CodeVolHostNotAllowed, notCreated: allowed + "2"},
+		{name: "symlink escaping the prefix", allow: []string{allowed}, path: filepath.Join(allowed, "escape"), code: CodeVolHostNotAllowed},
+		{name: "below a symlink escaping the prefix", allow: []string{allowed}, path: filepath.Join(allowed, "escape", "sub"), code: CodeVolHostNotAllowed, notCreated: filepath.Join(outside, "sub")},
+		{name: "symlink into the prefix from outside", allow: []string{allowed}, path: filepath.Join(root, "alias"), code: CodeVolHostNotAllowed, notCreated: filepath.Join(allowed, "real")},
+		{name: "dotdot", allow: []string{allowed}, path: allowed + "/../outside", code: CodeVolInvalidHostPath},
+		{name: "double slash", allow: []string{allowed}, path: allowed + "//x", code: CodeVolInvalidHostPath, notCreated: filepath.Join(allowed, "x")},
+		{name: "trailing slash", allow: []string{allowed}, path: allowed + "/", code: CodeVolInvalidHostPath},
+		{name: "relative", allow: []string{allowed}, path: "relative/path", code: CodeVolInvalidHostPath},
+		{name: "empty", allow: []string{allowed}, path: "", code: CodeVolInvalidHostPath},
+		{name: "empty allow-list denies all", path: filepath.Join(allowed, "x"), code: CodeVolHostNotAllowed, notCreated: filepath.Join(allowed, "x")},
+		{name: "docker socket with / allowed", allow: []string{"/"}, path: "/var/run/docker.sock", code: CodeVolHostNotAllowed},
+		{name: "docker socket alias with / allowed", allow: []string{"/"}, path: "/run/docker.sock", code: CodeVolHostNotAllowed},
+		{name: "docker storage with / allowed", allow: []string{"/"}, path: "/var/lib/docker/volumes", code: CodeVolHostNotAllowed},
+		{name: "parent of the socket with / allowed", allow: []string{"/"}, path: "/var/run", code: CodeVolHostNotAllowed},
+		{name: "root with / allowed", allow: []string{"/"}, path: "/", code: CodeVolHostNotAllowed},
+		{name: "proc with / allowed", allow: []string{"/"}, path: "/proc/1", code: CodeVolHostNotAllowed},
+		{name: "store dir", allow: []string{allowed}, store: innerStore, path: innerStore, code: CodeVolHostNotAllowed},
+		{name: "below the store dir", allow: []string{allowed}, store: innerStore, path: filepath.Join(innerStore, "x"), code: CodeVolHostNotAllowed, notCreated: filepath.Join(innerStore, "x")},
+		{name: "above the store dir", allow: []string{allowed}, store: innerStore, path: allowed, code: CodeVolHostNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, func(c *config.Config) {
+				c.Storage.AllowedHostPaths = tt.allow
+				c.Store.Dir = storeDir
+				if tt.store != "" {
+					c.Store.Dir = tt.store
+				}
+			})
+			got, err := e.m.checkHostPath("v", tt.path)
+			if tt.code != "" {
+				wantCode(t, err, KindInvalid, tt.code)
+			} else {
+				if err != nil {
+					t.Fatalf("checkHostPath(%q): %v", tt.path, err)
+				}
+				if got != tt.want {
+					t.Errorf("checkHostPath(%q) = %q, want %q", tt.path, got, tt.want)
+				}
+				if _, err := os.Stat(got); err != nil {
+					t.Errorf("allowed path not present afterwards: %v", err)
+				}
+			}
+			if tt.notCreated != "" {
+				if _, err := os.Lstat(tt.notCreated); !os.IsNotExist(err) {
+					t.Errorf("%s exists after a refused check (%v)", tt.notCreated, err)
+				}
+			}
+		})
+	}
+}
+
+func TestPrepareVolumes(t *testing.T) {
+	root := t.TempDir()
+	no := false
+	tests := []struct {
+		name        string
+		vols        []Volume
+		existing    map[string]map[string]string // named volumes already present
+		allowedVols []string
+		code        string
+		wantMounts  []runtime.Mount
+		wantManaged []string
+	}{
+		{
+			name: "host with subPath",
+			vols: []Volume{{Name: "h", MountPath: "/data", SubPath: "sub", ReadOnly: true, Host: &HostPath{Path: root}}},
+			wantMounts: []runtime.Mount{
+				{Type: "bind", Source: filepath.Join(root, "sub"), Target: "/data", ReadOnly: true},
+			},
+		},
+		{
+			name:        "new named volume deleted with the sandbox",
+			vols:        []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "cache", DeleteOnSandboxTermination: true}}},
+			wantMounts:  []runtime.Mount{{Type: "volume", Source: "cache", Target: "/cache"}},
+			wantManaged: []string{"cache"},
+		},
+		{
+			name:     "foreign volume refused",
+			vols:     []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "theirs"}}},
+			existing: map[string]map[string]string{"theirs": {}},
+			code:     CodeVolPVCNotAllowed,
+		},
+		{
+			name:        "foreign volume allow-listed is never deleted",
+			vols:        []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "theirs", DeleteOnSandboxTermination: true}}},
+			existing:    map[string]map[string]string{"theirs": {}},
+			allowedVols: []string{"theirs"},
+			wantMounts:  []runtime.Mount{{Type: "volume", Source: "theirs", Target: "/cache"}},
+		},
+		{
+			name: "missing volume without create",
+			vols: []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "absent", CreateIfNotExists: &no}}},
+			code: CodeVolPVCNotFound,
+		},
+		{
+			name: "shape checked before anything is created",
+			vols: []Volume{
+				{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "early"}},
+				{Name: "p", MountPath: "/other", PVC: &PVC{ClaimName: "other"}},
+			},
+			code: CodeVolDuplicateName,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, func(c *config.Config) {
+				c.Storage.AllowedHostPaths = []string{root}
+				c.Storage.AllowedVolumes = tt.allowedVols
+			})
+			for name, labels := range tt.existing {
+				e.rt.volumes[name] = labels
+			}
+			mounts, managed, err := e.m.prepareVolumes(context.Background(), tt.vols)
+			if tt.code != "" {
+				wantCode(t, err, KindInvalid, tt.code)
+				if _, ok := e.rt.volumes["early"]; ok {
+					t.Error("a volume was created although the request was invalid")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalMounts(mounts, tt.wantMounts) {
+				t.Errorf("mounts = %+v, want %+v", mounts, tt.wantMounts)
+			}
+			if len(managed) != len(tt.wantManaged) || (len(managed) > 0 && managed[0] != tt.wantManaged[0]) {
+				t.Errorf("managed = %v, want %v", managed, tt.wantManaged)
+			}
+		})
+	}
+}
+
+func equalMounts(a, b []runtime.Mount) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
