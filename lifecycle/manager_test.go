@@ -215,7 +215,9 @@ func TestCreateVariants(t *testing.T) {
 		},
 		{
 			name: "explicit limits",
-			edit: func(r *CreateRequest) { r.ResourceLimits = map[string]string{"cpu": "250m", "memory": "512Mi", "gpu": "all"} },
+			edit: func(r *CreateRequest) {
+				r.ResourceLimits = map[string]string{"cpu": "250m", "memory": "512Mi", "gpu": "all"}
+			},
 			check: func(t *testing.T, _ *Sandbox, spec runtime.Spec) {
 				if spec.NanoCPUs != 25e7 || spec.MemoryBytes != 512<<20 || spec.GPUCount != -1 {
 					t.Errorf("limits = %d %d %d", spec.NanoCPUs, spec.MemoryBytes, spec.GPUCount)
