@@ -137,6 +137,7 @@ func (m *Manager) busy(ctx context.Context, rec *Record) bool {
 // Sweep reaps every sandbox past its deadline. One periodic sweep replaces
 // per-sandbox timers, so no expiry can be lost.
 func (m *Manager) Sweep(ctx context.Context) {
+	m.metrics.ReaperRuns.Add(1)
 	m.persistActivity()
 	recs, err := m.store.Sandboxes()
 	if err != nil {
@@ -166,6 +167,11 @@ func (m *Manager) Sweep(ctx context.Context) {
 		if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
 			m.log.Error("reaper: remove sandbox", "sandbox_id", rec.ID, "reason", reason, "err", err)
 			continue
+		}
+		if reason == "idle" {
+			m.metrics.ReapedIdle.Add(1)
+		} else {
+			m.metrics.ReapedExpired.Add(1)
 		}
 		m.log.Info("sandbox reaped", "sandbox_id", rec.ID, "reason", reason)
 	}

@@ -58,6 +58,8 @@ type Manager struct {
 	tokenKey []byte
 	now      func() time.Time
 
+	metrics  *Metrics
+
 	mu       sync.Mutex
 	activity map[string]time.Time // last activity by sandbox id, not yet persisted
 }
@@ -79,13 +81,16 @@ func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) 
 		}
 		instance = v
 	}
+	if _, err := ParseResources(nil, cfg.Docker.DefaultCPU, cfg.Docker.DefaultMemory); err != nil {
+		return nil, fmt.Errorf("config [docker] default_cpu/default_memory: %w", err)
+	}
 	key, err := store.Secret("token-key")
 	if err != nil {
 		return nil, err
 	}
 	return &Manager{
 		cfg: cfg, rt: rt, store: store, log: log, instance: instance, tokenKey: key,
-		now: time.Now, activity: map[string]time.Time{},
+		now: time.Now, activity: map[string]time.Time{}, metrics: newMetrics(),
 	}, nil
 }
 
@@ -363,6 +368,7 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: "record sandbox", Err: err}
 	}
 	fail := func(err error, what string) (*Sandbox, error) {
+		m.metrics.CreateFailures.Add(1)
 		log.Error("create failed", "step", what, "err", err)
 		m.destroy(context.WithoutCancel(ctx), &p.rec, p.rec.ContainerID)
 		if e, ok := AsError(m.engineError(err, what)); ok && e.Kind == KindUnavailable {
@@ -390,6 +396,8 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 			log.Debug("agent warm-up failed", "err", err)
 		}
 	}()
+	m.metrics.Creates.Add(1)
+	m.metrics.CreateSeconds.Observe(m.now().Sub(start))
 	log.Info("sandbox created", "image", p.spec.Image, "container", cid[:12], "duration_ms", m.now().Sub(start).Milliseconds())
 	sb := m.view(&p.rec, nil)
 	sb.Status = Status{State: "Running", Reason: "CONTAINER_RUNNING", Message: "Sandbox container started successfully.", LastTransitionAt: p.rec.CreatedAt}
@@ -567,6 +575,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
 		return &Error{Kind: KindInternal, Code: CodeDeleteFailed, Message: "delete sandbox " + id, Err: m.engineError(err, "delete")}
 	}
+	m.metrics.Deletes.Add(1)
 	m.log.Info("sandbox deleted", "sandbox_id", id)
 	return nil
 }
@@ -692,6 +701,7 @@ func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time
 	if err != nil {
 		return time.Time{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "persist renewal", Err: err}
 	}
+	m.Touch(id)
 	m.log.Info("sandbox renewed", "sandbox_id", id, "expires_at", at)
 	return at, nil
 }
