@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -75,7 +76,11 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, http.StatusBadGateway, lifecycle.CodeGeneral, fmt.Sprintf("Could not reach port %d in sandbox %s: %v", port, id, err))
 		},
 	}
+	start := time.Now()
 	rp.ServeHTTP(w, r)
+	if port == lifecycle.ExecdPort && rest == "/command" {
+		s.mgr.Metrics().CommandSeconds.Observe(time.Since(start))
+	}
 }
 
 // proxyRest returns the escaped path after /proxy/{port}.

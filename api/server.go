@@ -9,6 +9,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -62,6 +63,7 @@ func (s *Server) routes() {
 		writeError(w, r, http.StatusMethodNotAllowed, "GENERAL::METHOD_NOT_ALLOWED", "Method Not Allowed: "+r.Method+" "+r.URL.Path)
 	})
 	r.HandleFunc("/health", s.handleHealth).Methods(http.MethodGet)
+	r.HandleFunc("/metrics", s.handleMetrics).Methods(http.MethodGet)
 	for _, prefix := range []string{"", "/v1"} {
 		p := r.PathPrefix(prefix).Subrouter()
 		p.HandleFunc("/sandboxes/{id}/proxy/{port:[0-9]+}", s.handleProxy)
@@ -111,8 +113,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "/proxy/") || r.URL.Path == "/health" {
 			level = slog.LevelDebug
 		}
-		s.log.Log(r.Context(), level, "request", "request_id", id, "method", r.Method, "path", r.URL.Path,
-			"status", rec.code(), "duration_ms", time.Since(start).Milliseconds())
+		attrs := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.code(), "duration_ms", time.Since(start).Milliseconds()}
+		if sb := sandboxIDOf(r.URL.Path); sb != "" {
+			attrs = append(attrs, "sandbox_id", sb)
+		}
+		s.log.Log(r.Context(), level, "request", attrs...)
 	}()
 	if s.cors(rec, r) {
 		return
@@ -158,6 +163,16 @@ func isProxyPath(path string) bool {
 	return len(parts) >= 3 && parts[1] == "proxy" && parts[2] != ""
 }
 
+// sandboxIDOf returns the sandbox id in a /sandboxes/{id}... path.
+func sandboxIDOf(path string) string {
+	rest, ok := strings.CutPrefix(strings.TrimPrefix(path, "/v1"), "/sandboxes/")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	return id
+}
+
 // validKey compares k with every configured key in constant time.
 func (s *Server) validKey(k string) bool {
 	ok := 0
@@ -170,10 +185,13 @@ func (s *Server) validKey(k string) bool {
 // authorize enforces the API key on everything but /health and the proxy
 // route (checked by the proxy handler against the sandbox's token).
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
-	if len(s.keys) == 0 || r.URL.Path == "/health" || isProxyPath(r.URL.Path) {
+	if len(s.keys) == 0 || r.URL.Path == "/health" || isProxyPath(r.URL.EscapedPath()) {
 		return true
 	}
 	key := r.Header.Get(headerAPIKey)
+	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && key == "" && r.URL.Path == "/metrics" {
+		key = bearer // what Prometheus scrapers can send
+	}
 	if key == "" {
 		writeError(w, r, http.StatusUnauthorized, "MISSING_API_KEY", "Authentication credentials are missing. Provide API key via OPEN-SANDBOX-API-KEY header.")
 		return false
@@ -191,6 +209,21 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "healthy"})
+}
+
+// handleMetrics serves sandboxd's own metrics in Prometheus text format.
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	byState := map[string]int{}
+	items, _, err := s.mgr.List(r.Context(), lifecycle.ListFilter{Page: 1, PageSize: math.MaxInt32})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for _, sb := range items {
+		byState[sb.Status.State]++
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.mgr.Metrics().WritePrometheus(w, byState)
 }
 
 func (s *Server) handlePoolsNotSupported(w http.ResponseWriter, r *http.Request) {
