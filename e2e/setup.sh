@@ -46,19 +46,23 @@ docker_up() { docker info >/dev/null 2>&1; }
 if docker_up; then
 	log "Docker engine is running"
 else
+	dockerd_pid=
 	if [ -d /run/systemd/system ] && systemctl start docker 2>/dev/null; then
 		log "started docker.service"
 	else
 		log "starting dockerd (log: $dockerd_log)"
 		setsid dockerd >>"$dockerd_log" 2>&1 </dev/null &
+		dockerd_pid=$!
 	fi
 	for _ in $(seq 1 120); do
 		docker_up && break
+		# Stop waiting for a dockerd that has already exited.
+		[ -z "$dockerd_pid" ] || kill -0 "$dockerd_pid" 2>/dev/null || break
 		sleep 0.5
 	done
 	docker_up || {
 		tail -n 40 "$dockerd_log" >&2 || true
-		die "the Docker engine did not answer within 60s"
+		die "the Docker engine is not running (see $dockerd_log)"
 	}
 	log "Docker engine is running"
 fi
