@@ -224,6 +224,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.mgr.Metrics().WritePrometheus(w, byState)
+	writeProcessMetrics(w)
 }
 
 func (s *Server) handlePoolsNotSupported(w http.ResponseWriter, r *http.Request) {
