@@ -98,7 +98,8 @@ func wrap(err error, format string, args ...any) error {
 		return fmt.Errorf("%s: %w: %v", msg, runtime.ErrNotFound, err)
 	case errdefs.IsConflict(err):
 		return fmt.Errorf("%s: %w: %v", msg, runtime.ErrConflict, err)
-	case client.IsErrConnectionFailed(err), errors.Is(err, context.DeadlineExceeded) && !strings.Contains(msg, "pull"):
+	case client.IsErrConnectionFailed(err), errors.Is(err, context.DeadlineExceeded):
+		// Docker is down or hung past [docker] api_timeout.
 		return fmt.Errorf("%s: %w: %v", msg, runtime.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", msg, err)
