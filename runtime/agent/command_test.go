@@ -277,7 +277,7 @@ func TestInterruptForeground(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("interrupt: %s %s", resp.Status, b)
 	}
-	ev := nextEvent(t, stream)
+	ev := finalEvent(t, stream)
 	if ev.Type != evError || ev.Error.EValue != "-1" {
 		t.Fatalf("after interrupt got %+v, want error -1", ev)
 	}
@@ -301,7 +301,7 @@ func TestInterruptEscalates(t *testing.T) {
 	if resp := a.do(t, http.MethodDelete, "/command?id="+id, nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("interrupt: %s", resp.Status)
 	}
-	if ev := nextEvent(t, stream); ev.Type != evError || ev.Error.EValue != "-1" {
+	if ev := finalEvent(t, stream); ev.Type != evError || ev.Error.EValue != "-1" {
 		t.Fatalf("got %+v, want error -1", ev)
 	}
 }

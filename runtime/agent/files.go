@@ -376,13 +376,17 @@ func (s *server) searchFiles(w http.ResponseWriter, r *http.Request) {
 const maxGlobAlternatives = 1024
 
 // globAlternatives expands {a,b} alternatives and validates the result.
-// Names have no separator, so ** is the same as *.
+// Patterns are matched against base names, which have no separator: a
+// leading "**/" matches no directory at all, and ** is the same as *.
 func globAlternatives(pattern string) ([]string, error) {
 	alts, err := expandBraces(pattern)
 	if err != nil {
 		return nil, err
 	}
 	for i, a := range alts {
+		for strings.HasPrefix(a, "**/") {
+			a = a[len("**/"):]
+		}
 		for strings.Contains(a, "**") {
 			a = strings.ReplaceAll(a, "**", "*")
 		}

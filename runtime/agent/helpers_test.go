@@ -262,6 +262,16 @@ func nextEvent(t *testing.T, r *bufio.Reader) event {
 	}
 }
 
+// finalEvent skips output events and returns the event that ends a stream.
+func finalEvent(t *testing.T, r *bufio.Reader) event {
+	t.Helper()
+	for {
+		if ev := nextEvent(t, r); ev.Type != evStdout && ev.Type != evStderr {
+			return ev
+		}
+	}
+}
+
 // pidOf reads the first stdout line of a stream as a pid.
 func pidOf(t *testing.T, r *bufio.Reader) int {
 	t.Helper()

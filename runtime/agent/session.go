@@ -17,13 +17,13 @@ import (
 // file descriptor, so output is never mixed with it.
 //
 // The trap duplicates the pipe (fd 3) to a high descriptor first, so that
-// fd 3 is free for the user's script.
+// fd 3 is free for the user's script. It does not call exit: bash then keeps
+// the script's exit status, and a shell killed by a signal still dies of it.
 const (
-	bashStatePrologue = `exec {__sandboxd_fd}>&3 3>&-; trap '__sandboxd_rc=$?; set +eu; IFS=$'"'"' \t\n'"'"'; ` +
-		`{ printf "%s\0" "$PWD"; for __sandboxd_v in $(compgen -e); do [[ -v $__sandboxd_v ]] && printf "%s=%s\0" "$__sandboxd_v" "${!__sandboxd_v}"; done; } >&"$__sandboxd_fd"; ` +
-		`exit $__sandboxd_rc' EXIT; `
+	bashStatePrologue = `exec {__sandboxd_fd}>&3 3>&-; trap 'set +eu; IFS=$'"'"' \t\n'"'"'; ` +
+		`{ printf "%s\0" "$PWD"; for __sandboxd_v in $(compgen -e); do [[ -v $__sandboxd_v ]] && printf "%s=%s\0" "$__sandboxd_v" "${!__sandboxd_v}"; done; } >&"$__sandboxd_fd"' EXIT; `
 	// Without bash only the directory persists.
-	shStatePrologue = `trap '__sandboxd_rc=$?; printf "%s\0" "$PWD" >&3; exit $__sandboxd_rc' EXIT; `
+	shStatePrologue = `trap 'printf "%s\0" "$PWD" >&3' EXIT; `
 
 	// maxStateSize bounds what a run may hand to the next one.
 	maxStateSize = 16 << 20

@@ -1,0 +1,146 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// pipeConn is the host's end of the agent's stdin and stdout.
+type pipeConn struct {
+	io.Reader
+	io.WriteCloser
+}
+
+// startAgent runs Run on one end of two pipes, as `sandboxd agent` runs on
+// its stdin and stdout, and dials it from the other.
+func startAgent(t testing.TB) (*Client, <-chan error, func()) {
+	t.Helper()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), inR, outW, slog.New(slog.DiscardHandler))
+		outW.Close()
+	}()
+	c, err := Dial(pipeConn{outR, inW})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closing the agent's stdin is how sandboxd's side of the exec ends.
+	hangUp := func() { inW.Close() }
+	t.Cleanup(func() {
+		hangUp()
+		c.Close()
+	})
+	return c, done, hangUp
+}
+
+func TestRunAndDial(t *testing.T) {
+	c, done, hangUp := startAgent(t)
+	hc := &http.Client{Transport: c.Transport()}
+
+	resp, err := hc.Get("http://agent/ping")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(body) != 0 {
+		t.Fatalf("ping: %s %q", resp.Status, body)
+	}
+
+	b, _ := json.Marshal(map[string]string{"command": "echo over yamux; echo err >&2; exit 2"})
+	resp, err = hc.Post("http://agent/command", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := readStream(t, resp)
+	resp.Body.Close()
+	if !slices.Equal(res.stdout, []string{"over yamux"}) || !slices.Equal(res.stderr, []string{"err"}) || res.exitCode(t) != "2" {
+		t.Fatalf("stdout %q stderr %q events %+v", res.stdout, res.stderr, res.events)
+	}
+
+	// A large upload and download cross the multiplexed pipe intact.
+	payload := strings.Repeat("0123456789", 1<<20)
+	dir := t.TempDir()
+	ct, ub := uploadBody(t, []uploadPart{meta(dir+"/big", 644), file(dir+"/big", payload)})
+	if resp, err = hc.Post("http://agent/files/upload", ct, ub); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("upload: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if resp, err = hc.Get("http://agent/files/download?path=" + dir + "/big"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(got) != payload {
+		t.Fatalf("download: %d bytes, want %d", len(got), len(payload))
+	}
+
+	hangUp()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after EOF: %v, want nil", err)
+	}
+	<-c.Done()
+	if _, err := hc.Get("http://agent/ping"); err == nil {
+		t.Fatal("request succeeded after the agent exited")
+	}
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	defer inW.Close()
+	defer outR.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, inR, outW, nil) }()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v, want context.Canceled", err)
+	}
+}
+
+// BenchmarkCommandRoundTrip measures one `true` command through Dial, yamux
+// and the agent: fork, exec and the event stream.
+func BenchmarkCommandRoundTrip(b *testing.B) {
+	c, _, _ := startAgent(b)
+	hc := &http.Client{Transport: c.Transport()}
+	body, _ := json.Marshal(map[string]string{"command": "true"})
+	b.ResetTimer()
+	for b.Loop() {
+		resp, err := hc.Post("http://agent/command", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !bytes.Contains(out, []byte(evComplete)) {
+			b.Fatalf("stream %q", out)
+		}
+	}
+}
+
+func TestActivity(t *testing.T) {
+	a := newTestAgent(t)
+	if n := decode[map[string]int](t, a.do(t, http.MethodGet, "/_sandboxd/activity", nil), http.StatusOK)["running"]; n != 0 {
+		t.Fatalf("idle agent reports %d running", n)
+	}
+	wantError(t, a.do(t, http.MethodPost, "/code", nil), http.StatusNotImplemented, codeNotSupported)
+	wantError(t, a.do(t, http.MethodGet, "/code/contexts", nil), http.StatusNotImplemented, codeNotSupported)
+}
