@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"strings"
@@ -126,6 +128,9 @@ func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content
 	if err != nil {
 		return errf(KindInvalid, CodeInvalidFileMeta, "file %s: %v", p, err)
 	}
+	if rec.ReadOnlyRootfs {
+		return m.putFileViaAgent(ctx, rec, p, meta, content)
+	}
 	body, ok := content.(*Spooled)
 	if !ok {
 		if body, err = Spool(content); err != nil {
@@ -169,22 +174,99 @@ func (m *Manager) chown(ctx context.Context, rec *Record, p string, owner, group
 		perm["group"] = *group
 	}
 	body, _ := json.Marshal(map[string]any{p: perm})
+	resp, err := m.agentCall(ctx, rec, http.MethodPost, "/files/permissions", "application/json", bytes.NewReader(body), "set owner of "+p)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// agentCall sends one request to a sandbox's agent and returns its 200
+// response; any other answer becomes an error carrying the agent's message.
+func (m *Manager) agentCall(ctx context.Context, rec *Record, method, target, contentType string, body io.Reader, what string) (*http.Response, error) {
 	rt, err := m.rt.Agent(ctx, rec.ContainerID)
 	if err != nil {
-		return &Error{Kind: KindConflict, Code: CodeRuntimeError, Message: "set owner of " + p + ": the sandbox's agent is not running", Err: err}
+		return nil, &Error{Kind: KindConflict, Code: CodeRuntimeError, Message: what + ": the sandbox's agent is not running", Err: err}
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent/files/permissions", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+target, body)
+	if err != nil {
+		return nil, &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: what, Err: err}
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: "set owner of " + p, Err: err}
+		return nil, &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: what, Err: err}
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return &Error{Kind: KindInvalid, Code: CodeRuntimeError, Message: fmt.Sprintf("set owner of %s: %s", p, msg)}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	// The agent answers with execd's envelope; its code is passed on.
+	e := &Error{Kind: KindInvalid, Code: CodeRuntimeError}
+	var ae struct{ Code, Message string }
+	if json.Unmarshal(msg, &ae) == nil && ae.Message != "" {
+		msg = []byte(ae.Message)
+		if ae.Code != "" {
+			e.Code = ae.Code
+		}
 	}
+	e.Message = fmt.Sprintf("%s: %s", what, msg)
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		e.Kind = KindNotFound
+	case resp.StatusCode >= 500:
+		e.Kind = KindInternal
+	}
+	return nil, e
+}
+
+// putFileViaAgent uploads through the agent's own /files/upload, for
+// sandboxes whose root filesystem is read-only: Docker's archive API
+// refuses to write into them and cannot see their tmpfs.
+func (m *Manager) putFileViaAgent(ctx context.Context, rec *Record, p string, meta FileMeta, content io.Reader) error {
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		pw.CloseWithError(writeUploadForm(mw, p, meta, content))
+	}()
+	resp, err := m.agentCall(ctx, rec, http.MethodPost, "/files/upload", mw.FormDataContentType(), pr, "upload "+p)
+	pr.CloseWithError(errors.New("upload finished"))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
 	return nil
+}
+
+// writeUploadForm writes execd's upload form: a metadata part then the
+// file part, both as file parts as execd expects.
+func writeUploadForm(mw *multipart.Writer, p string, meta FileMeta, content io.Reader) error {
+	perm := map[string]any{"path": p, "mode": meta.Mode}
+	if meta.Owner != nil {
+		perm["owner"] = *meta.Owner
+	}
+	if meta.Group != nil {
+		perm["group"] = *meta.Group
+	}
+	mpart, err := mw.CreateFormFile("metadata", "metadata.json")
+	if err != nil {
+		return err
+	}
+	if err := json.NewEncoder(mpart).Encode(perm); err != nil {
+		return err
+	}
+	fpart, err := mw.CreateFormFile("file", path.Base(p))
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(fpart, content); err != nil {
+		return err
+	}
+	return mw.Close()
 }
 
 // writeTar writes the missing directories then the file.
@@ -266,6 +348,9 @@ func (m *Manager) OpenFile(ctx context.Context, id, p string) (*File, error) {
 		return nil, errf(KindInvalid, CodeInvalidFile, "path %q must be absolute", p)
 	}
 	p = path.Clean(p)
+	if rec.ReadOnlyRootfs {
+		return m.openFileViaAgent(ctx, rec, p)
+	}
 	for hops := 0; hops < 16; hops++ {
 		rc, st, err := m.rt.GetArchive(ctx, rec.ContainerID, p)
 		if err != nil {
@@ -297,4 +382,21 @@ func (m *Manager) OpenFile(ctx context.Context, id, p string) (*File, error) {
 		}
 	}
 	return nil, errf(KindInvalid, CodeInvalidFile, "%s: too many levels of symbolic links", p)
+}
+
+// openFileViaAgent downloads through the agent's /files/download, for
+// sandboxes with a read-only root whose writable tmpfs the archive API
+// cannot see.
+func (m *Manager) openFileViaAgent(ctx context.Context, rec *Record, p string) (*File, error) {
+	resp, err := m.agentCall(ctx, rec, http.MethodGet, "/files/download?path="+url.QueryEscape(p), "", nil, "download "+p)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{Reader: resp.Body, Size: resp.ContentLength, Name: path.Base(p), closer: resp.Body}
+	if f.Size < 0 {
+		resp.Body.Close()
+		return nil, errf(KindInternal, CodeRuntimeError, "download %s: the agent sent no Content-Length", p)
+	}
+	f.ModTime, _ = http.ParseTime(resp.Header.Get("Last-Modified"))
+	return f, nil
 }

@@ -58,7 +58,9 @@ type Manager struct {
 	tokenKey []byte
 	now      func() time.Time
 
-	metrics  *Metrics
+	metrics *Metrics
+
+	pools *pools
 
 	mu       sync.Mutex
 	activity map[string]time.Time // last activity by sandbox id, not yet persisted
@@ -88,10 +90,14 @@ func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, rt: rt, store: store, log: log, instance: instance, tokenKey: key,
 		now: time.Now, activity: map[string]time.Time{}, metrics: newMetrics(),
-	}, nil
+	}
+	if err := m.initPools(); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Instance returns the instance id carried by this manager's containers.
@@ -156,6 +162,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, erro
 	if err != nil {
 		return nil, err
 	}
+	if sb, err := m.claim(ctx, plan); sb != nil || err != nil {
+		return sb, err
+	}
 	return m.provision(ctx, plan)
 }
 
@@ -171,6 +180,10 @@ type createPlan struct {
 func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, error) {
 	unprocessable := func(msg string, loc ...string) error {
 		return &Error{Kind: KindUnprocessable, Code: CodeInvalidParameter, Message: msg, Field: append([]string{"body"}, loc...)}
+	}
+	poolRef, err := m.applyPoolRef(&req)
+	if err != nil {
+		return nil, err
 	}
 	hasImage := req.Image != nil
 	req.SnapshotID = strings.TrimSpace(req.SnapshotID)
@@ -193,8 +206,9 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if err != nil {
 		return nil, err
 	}
-	if ref, ok := req.Extensions[ExtPoolRef]; ok {
-		return nil, errf(KindInvalid, CodeUnsupportedPoolRef, "extensions.poolRef %q: no such pool", ref)
+	hard, err := parseHardening(req.Extensions, m.cfg.Docker)
+	if err != nil {
+		return nil, err
 	}
 	p := &createPlan{}
 	image := ""
@@ -269,6 +283,7 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 		Image: image, SnapshotID: req.SnapshotID, Platform: platform,
 		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: managed,
 		IdleTimeout: int(m.cfg.Lifecycle.IdleTimeout.Seconds()), LastActivity: now,
+		ReadOnlyRootfs: hard.readOnlyRootfs,
 	}
 	if !hasImage {
 		p.rec.Image = ""
@@ -295,22 +310,23 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if renew > 0 {
 		labels[LabelRenewExtend] = strconv.Itoa(renew)
 	}
-	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, network, mounts)
+	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, network, mounts, hard)
 	if platform != nil {
 		p.spec.Platform = platform.OS + "/" + platform.Arch
 	}
+	m.assignPool(poolRef, p)
 	return p, nil
 }
 
 // containerSpec applies the hardening defaults to a sandbox container.
-func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[string]string, res Resources, network string, mounts []runtime.Mount) runtime.Spec {
+func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[string]string, res Resources, network string, mounts []runtime.Mount, hard hardening) runtime.Spec {
 	d := m.cfg.Docker
 	spec := runtime.Spec{
 		Name: containerName(id), Image: image, Cmd: cmd, Env: env, Labels: labels,
 		NanoCPUs: res.NanoCPUs, MemoryBytes: res.MemoryBytes, GPUCount: res.GPUCount,
 		PidsLimit: d.PidsLimit, NetworkMode: network,
 		CapDrop: d.DropCapabilities, CapAdd: d.AddCapabilities,
-		ReadOnlyRootfs: d.ReadOnlyRootfs, User: d.User, OCIRuntime: d.OCIRuntime,
+		ReadOnlyRootfs: hard.readOnlyRootfs, User: hard.user, OCIRuntime: d.OCIRuntime,
 		Mounts: mounts,
 	}
 	if d.NoNewPrivileges {
@@ -322,8 +338,10 @@ func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[
 	if d.ApparmorProfile != "" {
 		spec.SecurityOpt = append(spec.SecurityOpt, "apparmor="+d.ApparmorProfile)
 	}
-	if d.ReadOnlyRootfs {
-		spec.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,size=256m"}
+	if hard.readOnlyRootfs {
+		// Scratch space. Docker mounts a tmpfs noexec unless told
+		// otherwise; a code sandbox exists to run code, so /tmp allows it.
+		spec.Tmpfs = map[string]string{"/tmp": "rw,exec,nosuid,nodev,size=256m"}
 	}
 	return spec
 }
@@ -677,7 +695,9 @@ func (m *Manager) ready(ctx context.Context, id string) (*Record, runtime.Contai
 	return rec, c, err
 }
 
-// Renew sets a new absolute expiry.
+// Renew sets a new absolute expiry. It returns the sandbox's resulting
+// deadline, what GET reports: an idle timeout can make it earlier than at,
+// renew on access later.
 func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time, error) {
 	rec, err := m.record(id)
 	if err != nil {
@@ -694,7 +714,7 @@ func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time
 		return time.Time{}, errf(KindInvalid, CodeInvalidExpiration, "New expiration time is more than max_sandbox_timeout_seconds (%d) from now.", max)
 	}
 	at = wireTime(at)
-	_, err = m.store.UpdateSandbox(id, func(r *Record) error {
+	rec, err = m.store.UpdateSandbox(id, func(r *Record) error {
 		r.ExpiresAt = &at
 		return nil
 	})
@@ -702,8 +722,9 @@ func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time
 		return time.Time{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "persist renewal", Err: err}
 	}
 	m.Touch(id)
-	m.log.Info("sandbox renewed", "sandbox_id", id, "expires_at", at)
-	return at, nil
+	exp := wireTime(*m.deadline(rec))
+	m.log.Info("sandbox renewed", "sandbox_id", id, "expires_at", exp)
+	return exp, nil
 }
 
 // Endpoint returns where port of sandbox id is reached: always through

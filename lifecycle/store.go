@@ -52,6 +52,9 @@ type Record struct {
 	LastActivity   time.Time `json:"lastActivity,omitempty"`
 	ManagedVolumes []string  `json:"managedVolumes,omitempty"`
 	Pool           string    `json:"pool,omitempty"`
+	// ReadOnlyRootfs sandboxes get files through the agent: Docker's
+	// archive API refuses to write to them and cannot see their tmpfs.
+	ReadOnlyRootfs bool `json:"readOnlyRootfs,omitempty"`
 }
 
 // SnapshotRecord is a snapshot of a sandbox's filesystem (a committed image).

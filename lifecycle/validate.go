@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/config"
 )
 
 // Reserved label prefix: sandboxd and upstream keep their bookkeeping there.
@@ -187,7 +189,51 @@ func ParseResources(limits map[string]string, defCPU, defMem string) (Resources,
 const (
 	ExtRenewOnAccess = "access.renew.extend.seconds"
 	ExtPoolRef       = "poolRef"
+	// ExtReadOnlyRootfs ("true" or "false") mounts the image read-only with
+	// a tmpfs on /tmp.
+	ExtReadOnlyRootfs = "sandboxd.io/read-only-rootfs"
+	// ExtUser runs the sandbox (and every command in it) as "uid[:gid]" or
+	// "name[:group]" instead of the image's user.
+	ExtUser = "sandboxd.io/user"
 )
+
+// userSpec is a Docker user: a name or uid, optionally with a group or gid.
+var userSpec = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$`)
+
+// hardening is what a request may choose about its container's security.
+type hardening struct {
+	readOnlyRootfs bool
+	user           string // "" = the image's user
+}
+
+// parseHardening reads the per-request hardening extensions on top of the
+// [docker] defaults. A request may tighten the operator's settings, never
+// loosen them: it cannot make a read-only root writable, nor pick another
+// user than the configured one.
+func parseHardening(ext map[string]string, d config.Docker) (hardening, error) {
+	h := hardening{readOnlyRootfs: d.ReadOnlyRootfs, user: d.User}
+	if v, ok := ext[ExtReadOnlyRootfs]; ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		switch {
+		case err != nil:
+			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] must be \"true\" or \"false\", got %q", ExtReadOnlyRootfs, v)
+		case !b && d.ReadOnlyRootfs:
+			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] = %q refused: this server makes every root filesystem read-only ([docker] read_only_rootfs)", ExtReadOnlyRootfs, v)
+		}
+		h.readOnlyRootfs = h.readOnlyRootfs || b
+	}
+	if v, ok := ext[ExtUser]; ok {
+		v = strings.TrimSpace(v)
+		switch {
+		case !userSpec.MatchString(v):
+			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] must be \"uid[:gid]\" or \"name[:group]\" (example: \"1000:1000\"), got %q", ExtUser, v)
+		case d.User != "" && v != d.User:
+			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] = %q refused: this server runs every sandbox as %q ([docker] user)", ExtUser, v, d.User)
+		}
+		h.user = v
+	}
+	return h, nil
+}
 
 // parseRenewOnAccess validates access.renew.extend.seconds as upstream does.
 func parseRenewOnAccess(ext map[string]string) (int, error) {

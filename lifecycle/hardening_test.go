@@ -1,0 +1,138 @@
+package lifecycle
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/runtime/agent"
+)
+
+func TestParseHardening(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       config.Docker
+		ext       map[string]string
+		wantRO    bool
+		wantUser  string
+		wantError bool
+	}{
+		{name: "nothing asked, nothing configured"},
+		{name: "config defaults apply", cfg: config.Docker{ReadOnlyRootfs: true, User: "1000:1000"}, wantRO: true, wantUser: "1000:1000"},
+		{name: "read-only asked", ext: map[string]string{ExtReadOnlyRootfs: "true"}, wantRO: true},
+		{name: "read-only asked off", ext: map[string]string{ExtReadOnlyRootfs: "false"}},
+		{name: "read-only with spaces and case", ext: map[string]string{ExtReadOnlyRootfs: " TRUE "}, wantRO: true},
+		{name: "read-only not a bool", ext: map[string]string{ExtReadOnlyRootfs: "yes please"}, wantError: true},
+		{name: "read-only cannot be loosened", cfg: config.Docker{ReadOnlyRootfs: true}, ext: map[string]string{ExtReadOnlyRootfs: "false"}, wantError: true},
+		{name: "read-only repeated", cfg: config.Docker{ReadOnlyRootfs: true}, ext: map[string]string{ExtReadOnlyRootfs: "true"}, wantRO: true},
+		{name: "numeric user", ext: map[string]string{ExtUser: "1000:1000"}, wantUser: "1000:1000"},
+		{name: "named user", ext: map[string]string{ExtUser: "nobody"}, wantUser: "nobody"},
+		{name: "user and group names", ext: map[string]string{ExtUser: "app:staff"}, wantUser: "app:staff"},
+		{name: "empty user", ext: map[string]string{ExtUser: ""}, wantError: true},
+		{name: "user with a space", ext: map[string]string{ExtUser: "a b"}, wantError: true},
+		{name: "user with two colons", ext: map[string]string{ExtUser: "1:2:3"}, wantError: true},
+		{name: "user path", ext: map[string]string{ExtUser: "../root"}, wantError: true},
+		{name: "configured user repeated", cfg: config.Docker{User: "1000"}, ext: map[string]string{ExtUser: "1000"}, wantUser: "1000"},
+		{name: "configured user cannot be changed", cfg: config.Docker{User: "1000"}, ext: map[string]string{ExtUser: "0"}, wantError: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := parseHardening(tt.ext, tt.cfg)
+			if tt.wantError {
+				wantCode(t, err, KindInvalid, CodeInvalidParameter)
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseHardening: %v", err)
+			}
+			if h.readOnlyRootfs != tt.wantRO || h.user != tt.wantUser {
+				t.Errorf("got read-only %v user %q, want %v %q", h.readOnlyRootfs, h.user, tt.wantRO, tt.wantUser)
+			}
+		})
+	}
+}
+
+func TestCreateHardeningSpec(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       func(*config.Config)
+		ext       map[string]string
+		wantRO    bool
+		wantUser  string
+		wantTmpfs bool
+	}{
+		{name: "defaults: writable root, image user"},
+		{name: "request asks read-only and a user", ext: map[string]string{ExtReadOnlyRootfs: "true", ExtUser: "1000:1000"}, wantRO: true, wantUser: "1000:1000", wantTmpfs: true},
+		{name: "config asks read-only", cfg: func(c *config.Config) { c.Docker.ReadOnlyRootfs = true }, wantRO: true, wantTmpfs: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, tt.cfg)
+			req := validRequest()
+			req.Extensions = tt.ext
+			sb, cid := e.create(t, req)
+			spec := e.rt.spec(t, cid)
+			if spec.ReadOnlyRootfs != tt.wantRO || spec.User != tt.wantUser {
+				t.Errorf("spec read-only %v user %q, want %v %q", spec.ReadOnlyRootfs, spec.User, tt.wantRO, tt.wantUser)
+			}
+			tmp, ok := spec.Tmpfs["/tmp"]
+			if ok != tt.wantTmpfs || (ok && !strings.Contains(tmp, "exec") || strings.Contains(tmp, "noexec")) {
+				t.Errorf("spec tmpfs %v, want /tmp (exec): %v", spec.Tmpfs, tt.wantTmpfs)
+			}
+			rec, err := e.store.Sandbox(sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.ReadOnlyRootfs != tt.wantRO {
+				t.Errorf("record read-only %v, want %v", rec.ReadOnlyRootfs, tt.wantRO)
+			}
+		})
+	}
+}
+
+// TestReadOnlyFilesGoThroughAgent checks that a read-only sandbox's files
+// move through the agent's execd file routes (here the real agent handler
+// on a temp dir), not Docker's archive API which refuses them.
+func TestReadOnlyFilesGoThroughAgent(t *testing.T) {
+	e := newEnv(t, nil)
+	dir := t.TempDir()
+	e.rt.agent = agent.Handler(agent.Options{TempDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	req := validRequest()
+	req.Extensions = map[string]string{ExtReadOnlyRootfs: "true"}
+	sb, cid := e.create(t, req)
+	ctx := context.Background()
+
+	target := filepath.Join(dir, "sub", "hello.txt")
+	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: target, Mode: 600}, strings.NewReader("hello")); err != nil {
+		t.Fatalf("PutFile: %v", err)
+	}
+	st, err := os.Stat(target)
+	if err != nil {
+		t.Fatalf("the agent did not write the file: %v", err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %o, want 0600", st.Mode().Perm())
+	}
+	if _, ok := e.rt.file(cid, target); ok {
+		t.Error("the upload went through the archive API")
+	}
+
+	f, err := e.m.OpenFile(ctx, sb.ID, target)
+	if err != nil {
+		t.Fatalf("OpenFile: %v", err)
+	}
+	got, _ := io.ReadAll(f)
+	f.Close()
+	if string(got) != "hello" || f.Size != 5 || f.Name != "hello.txt" || f.ModTime.IsZero() {
+		t.Errorf("OpenFile = %q size %d name %q mtime %v", got, f.Size, f.Name, f.ModTime)
+	}
+
+	wantCode(t, openErr(e.m, sb.ID, filepath.Join(dir, "missing")), KindNotFound, CodeFileNotFound)
+	wantCode(t, openErr(e.m, sb.ID, dir), KindInvalid, "INVALID_REQUEST_BODY") // execd's code, passed on
+	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: filepath.Join(dir, "x"), Mode: 999}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta)
+}
