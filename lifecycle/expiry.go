@@ -218,6 +218,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	for _, c := range conts {
 		id := c.Labels[LabelID]
 		rec := byID[id]
+		if rec == nil && m.adoptPoolMember(ctx, c) {
+			continue
+		}
 		if rec == nil || rec.State != recordReady {
 			m.log.Warn("removing half-created sandbox container", "sandbox_id", id, "container", c.ID[:12])
 			if err := m.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {

@@ -58,7 +58,7 @@ type Manager struct {
 	tokenKey []byte
 	now      func() time.Time
 
-	metrics *Metrics
+	metrics  *Metrics
 
 	pools *pools
 
@@ -206,10 +206,6 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if err != nil {
 		return nil, err
 	}
-	hard, err := parseHardening(req.Extensions, m.cfg.Docker)
-	if err != nil {
-		return nil, err
-	}
 	p := &createPlan{}
 	image := ""
 	if hasImage {
@@ -283,7 +279,6 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 		Image: image, SnapshotID: req.SnapshotID, Platform: platform,
 		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: managed,
 		IdleTimeout: int(m.cfg.Lifecycle.IdleTimeout.Seconds()), LastActivity: now,
-		ReadOnlyRootfs: hard.readOnlyRootfs,
 	}
 	if !hasImage {
 		p.rec.Image = ""
@@ -310,7 +305,7 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if renew > 0 {
 		labels[LabelRenewExtend] = strconv.Itoa(renew)
 	}
-	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, network, mounts, hard)
+	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, network, mounts)
 	if platform != nil {
 		p.spec.Platform = platform.OS + "/" + platform.Arch
 	}
@@ -319,14 +314,14 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 }
 
 // containerSpec applies the hardening defaults to a sandbox container.
-func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[string]string, res Resources, network string, mounts []runtime.Mount, hard hardening) runtime.Spec {
+func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[string]string, res Resources, network string, mounts []runtime.Mount) runtime.Spec {
 	d := m.cfg.Docker
 	spec := runtime.Spec{
 		Name: containerName(id), Image: image, Cmd: cmd, Env: env, Labels: labels,
 		NanoCPUs: res.NanoCPUs, MemoryBytes: res.MemoryBytes, GPUCount: res.GPUCount,
 		PidsLimit: d.PidsLimit, NetworkMode: network,
 		CapDrop: d.DropCapabilities, CapAdd: d.AddCapabilities,
-		ReadOnlyRootfs: hard.readOnlyRootfs, User: hard.user, OCIRuntime: d.OCIRuntime,
+		ReadOnlyRootfs: d.ReadOnlyRootfs, User: d.User, OCIRuntime: d.OCIRuntime,
 		Mounts: mounts,
 	}
 	if d.NoNewPrivileges {
@@ -338,10 +333,8 @@ func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[
 	if d.ApparmorProfile != "" {
 		spec.SecurityOpt = append(spec.SecurityOpt, "apparmor="+d.ApparmorProfile)
 	}
-	if hard.readOnlyRootfs {
-		// Scratch space. Docker mounts a tmpfs noexec unless told
-		// otherwise; a code sandbox exists to run code, so /tmp allows it.
-		spec.Tmpfs = map[string]string{"/tmp": "rw,exec,nosuid,nodev,size=256m"}
+	if d.ReadOnlyRootfs {
+		spec.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,size=256m"}
 	}
 	return spec
 }
@@ -695,9 +688,7 @@ func (m *Manager) ready(ctx context.Context, id string) (*Record, runtime.Contai
 	return rec, c, err
 }
 
-// Renew sets a new absolute expiry. It returns the sandbox's resulting
-// deadline, what GET reports: an idle timeout can make it earlier than at,
-// renew on access later.
+// Renew sets a new absolute expiry.
 func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time, error) {
 	rec, err := m.record(id)
 	if err != nil {
@@ -714,7 +705,7 @@ func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time
 		return time.Time{}, errf(KindInvalid, CodeInvalidExpiration, "New expiration time is more than max_sandbox_timeout_seconds (%d) from now.", max)
 	}
 	at = wireTime(at)
-	rec, err = m.store.UpdateSandbox(id, func(r *Record) error {
+	_, err = m.store.UpdateSandbox(id, func(r *Record) error {
 		r.ExpiresAt = &at
 		return nil
 	})
@@ -722,9 +713,8 @@ func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time
 		return time.Time{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "persist renewal", Err: err}
 	}
 	m.Touch(id)
-	exp := wireTime(*m.deadline(rec))
-	m.log.Info("sandbox renewed", "sandbox_id", id, "expires_at", exp)
-	return exp, nil
+	m.log.Info("sandbox renewed", "sandbox_id", id, "expires_at", at)
+	return at, nil
 }
 
 // Endpoint returns where port of sandbox id is reached: always through

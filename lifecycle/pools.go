@@ -1,0 +1,764 @@
+package lifecycle
+
+// Warm pools. A pool keeps a number of idle sandboxes created, started and
+// with their agent running, all made from one spec. A create that names the
+// pool (extensions.poolRef), or asks for exactly the container the pool
+// makes, takes one of them, and the pool refills in the background.
+//
+// An idle member is a container labelled with its pool and the revision of
+// the spec it was made from, and it has no record: Get, List, the reaper and
+// the proxy do not see it. Claiming it writes its record (metadata and expiry
+// from the request), which makes it an ordinary sandbox that no longer counts
+// against the pool. After a restart Reconcile hands each record-less member
+// to its pool, which adopts it if the pool still exists with the same
+// revision and removes it otherwise.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// Labels of idle pool members.
+const (
+	LabelPool         = "opensandbox.io/sandboxd-pool"
+	LabelPoolRevision = "opensandbox.io/sandboxd-pool-revision"
+)
+
+const (
+	// maxPoolSize bounds a pool's buffer, against typos that would start
+	// thousands of containers.
+	maxPoolSize = 1024
+	// poolFillParallel is how many members one pool creates at once.
+	poolFillParallel = 2
+	// poolCheckInterval is how often a pool checks that its idle members
+	// still run.
+	poolCheckInterval = 10 * time.Second
+	// poolRetryMax caps the back-off after failed fills (image missing,
+	// engine down).
+	poolRetryMax = time.Minute
+	// metaPools is the store key of the pools created through the API.
+	metaPools = "pools"
+)
+
+// poolName is upstream's pool name pattern (a Kubernetes resource name).
+var poolName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// PoolSpec is what a pool's sandboxes are made from.
+type PoolSpec struct {
+	Image string `json:"image"`
+	// Entrypoint defaults to ["tail", "-f", "/dev/null"].
+	Entrypoint     []string          `json:"entrypoint,omitempty"`
+	ResourceLimits map[string]string `json:"resourceLimits,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+}
+
+// PoolCapacity is upstream's capacitySpec. sandboxd keeps
+// min(BufferMax, PoolMax) idle sandboxes; BufferMin and PoolMin are
+// checked and reported but change nothing, since a claimed sandbox leaves
+// the pool.
+type PoolCapacity struct {
+	BufferMax int `json:"bufferMax"`
+	BufferMin int `json:"bufferMin"`
+	PoolMax   int `json:"poolMax"`
+	PoolMin   int `json:"poolMin"`
+}
+
+// PoolStatus is a pool's observed state.
+type PoolStatus struct {
+	// Total is Allocated + Available + the members being created.
+	Total int `json:"total"`
+	// Allocated counts the live sandboxes that were claimed from the pool.
+	Allocated int `json:"allocated"`
+	// Available counts the idle members ready to be claimed.
+	Available int    `json:"available"`
+	Revision  string `json:"revision"`
+}
+
+// Pool is the API's view of a pool (upstream's PoolResponse).
+type Pool struct {
+	Name         string       `json:"name"`
+	CapacitySpec PoolCapacity `json:"capacitySpec"`
+	Status       *PoolStatus  `json:"status,omitempty"`
+	CreatedAt    time.Time    `json:"createdAt"`
+}
+
+// pool is one pool's definition and state. Fields below mu are guarded by
+// pools.mu.
+type pool struct {
+	name       string
+	spec       PoolSpec
+	createdAt  time.Time
+	configured bool         // from the config file, so not persisted
+	tmpl       runtime.Spec // a member's container without name and labels
+	key        string       // specKey(tmpl)
+	revision   string
+
+	capacity PoolCapacity
+	idle     []poolMember // oldest first
+	creating int
+	removed  bool
+	wake     chan struct{}
+	stop     context.CancelFunc // nil until its filler runs
+	done     chan struct{}
+}
+
+type poolMember struct{ id, cid string }
+
+// target is how many idle members the pool keeps.
+func (p *pool) target() int { return min(p.capacity.BufferMax, p.capacity.PoolMax) }
+
+// kick wakes the pool's filler.
+func (p *pool) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pools is the Manager's set of pools.
+type pools struct {
+	mu     sync.Mutex
+	byName map[string]*pool
+	ctx    context.Context // RunPools' context; nil until it runs
+	wg     sync.WaitGroup
+	saveMu sync.Mutex // orders writes of the persisted pools
+}
+
+type storedPool struct {
+	Name      string       `json:"name"`
+	Spec      PoolSpec     `json:"spec"`
+	Capacity  PoolCapacity `json:"capacity"`
+	CreatedAt time.Time    `json:"createdAt"`
+}
+
+// initPools defines the pools of the config file, then those created
+// through the API before a restart. A bad config pool is an error; a stored
+// pool that no longer validates is dropped with a log line.
+func (m *Manager) initPools() error {
+	m.pools = &pools{byName: map[string]*pool{}}
+	now := wireTime(m.now())
+	for i, c := range m.cfg.Pools {
+		spec := PoolSpec{Image: c.Image, Entrypoint: c.Entrypoint, ResourceLimits: c.ResourceLimits, Env: c.Env}
+		capacity := PoolCapacity{BufferMax: c.Size, BufferMin: c.Size, PoolMax: c.Size, PoolMin: c.Size}
+		p, err := m.newPool(c.Name, spec, capacity, now)
+		if err != nil {
+			return fmt.Errorf("config pool[%d] %q: %w", i, c.Name, err)
+		}
+		p.configured = true
+		m.pools.byName[p.name] = p
+	}
+	raw, err := m.store.MetaString(metaPools)
+	if err != nil || raw == "" {
+		return err
+	}
+	var stored []storedPool
+	if err := json.Unmarshal([]byte(raw), &stored); err != nil {
+		return fmt.Errorf("read stored pools: %w", err)
+	}
+	for _, s := range stored {
+		if m.pools.byName[s.Name] != nil {
+			m.log.Warn("pool created through the API is now defined in the config file; the config wins", "pool", s.Name)
+			continue
+		}
+		p, err := m.newPool(s.Name, s.Spec, s.Capacity, s.CreatedAt)
+		if err != nil {
+			m.log.Error("dropping stored pool that no longer validates", "pool", s.Name, "err", err)
+			continue
+		}
+		m.pools.byName[p.name] = p
+	}
+	return nil
+}
+
+// newPool validates a pool. Its member spec is what a create request with
+// the pool's image, entrypoint, resources and env plans, so that such a
+// request matches the pool exactly.
+func (m *Manager) newPool(name string, spec PoolSpec, capacity PoolCapacity, created time.Time) (*pool, error) {
+	if err := capacity.validate(); err != nil {
+		return nil, err
+	}
+	spec.Image = strings.TrimSpace(spec.Image)
+	if spec.Image == "" {
+		return nil, errf(KindInvalid, CodePoolInvalid, "pool %s: an image is required", name)
+	}
+	if len(spec.Entrypoint) == 0 {
+		spec.Entrypoint = []string{"tail", "-f", "/dev/null"}
+	}
+	plan, err := m.plan(context.Background(), spec.request())
+	if err != nil {
+		e, ok := AsError(err)
+		if !ok {
+			return nil, err
+		}
+		return nil, errf(KindInvalid, CodePoolInvalid, "pool %s: %s", name, e.Message)
+	}
+	tmpl := plan.spec
+	tmpl.Name, tmpl.Labels = "", nil
+	key := specKey(tmpl)
+	sum := sha256.Sum256([]byte(key))
+	return &pool{
+		name: name, spec: spec, capacity: capacity, createdAt: created,
+		tmpl: tmpl, key: key, revision: hex.EncodeToString(sum[:])[:12],
+		wake: make(chan struct{}, 1),
+	}, nil
+}
+
+// request is the create request a pool's members answer.
+func (s PoolSpec) request() CreateRequest {
+	env := make(map[string]*string, len(s.Env))
+	for k, v := range s.Env {
+		env[k] = &v
+	}
+	return CreateRequest{
+		Image: &ImageSpec{URI: s.Image}, Entrypoint: slices.Clone(s.Entrypoint),
+		ResourceLimits: maps.Clone(s.ResourceLimits), Env: env,
+	}
+}
+
+func (c PoolCapacity) validate() error {
+	invalid := func(format string, args ...any) error { return errf(KindInvalid, CodePoolInvalid, format, args...) }
+	switch {
+	case c.BufferMax < 0 || c.BufferMin < 0 || c.PoolMax < 0 || c.PoolMin < 0:
+		return invalid("capacitySpec values must not be negative")
+	case c.BufferMin > c.BufferMax:
+		return invalid("capacitySpec.bufferMin (%d) exceeds bufferMax (%d)", c.BufferMin, c.BufferMax)
+	case c.PoolMin > c.PoolMax:
+		return invalid("capacitySpec.poolMin (%d) exceeds poolMax (%d)", c.PoolMin, c.PoolMax)
+	case c.BufferMax > maxPoolSize || c.PoolMax > maxPoolSize:
+		return invalid("capacitySpec.bufferMax and poolMax are at most %d", maxPoolSize)
+	}
+	return nil
+}
+
+// specKey identifies a container spec apart from its name and labels: two
+// plans with the same key make interchangeable containers.
+func specKey(s runtime.Spec) string {
+	s.Name, s.Labels = "", nil
+	buf, _ := json.Marshal(s) // a struct of strings, numbers, slices and maps
+	return string(buf)
+}
+
+// applyPoolRef turns a create naming a pool into a request for the pool's
+// spec. As in upstream's pool mode, image, entrypoint, resourceLimits and env
+// come from the pool (the request's are ignored: SDKs always send defaults),
+// and what a container made in advance cannot honour is refused. It returns
+// the pool's name, or "" without a poolRef.
+func (m *Manager) applyPoolRef(req *CreateRequest) (string, error) {
+	ref, ok := req.Extensions[ExtPoolRef]
+	if !ok {
+		return "", nil
+	}
+	ref = strings.TrimSpace(ref)
+	m.pools.mu.Lock()
+	p := m.pools.byName[ref]
+	m.pools.mu.Unlock()
+	if p == nil {
+		return "", errf(KindInvalid, CodeUnsupportedPoolRef, "extensions.poolRef %q: no such pool", ref)
+	}
+	for field, set := range map[string]bool{
+		"snapshotId": strings.TrimSpace(req.SnapshotID) != "", "networkPolicy": req.NetworkPolicy != nil,
+		"platform": req.Platform != nil, "volumes": len(req.Volumes) > 0,
+	} {
+		if set {
+			return "", errf(KindInvalid, CodeInvalidParameter, "%s cannot be combined with extensions.poolRef: the pool's sandboxes are made in advance", field)
+		}
+	}
+	pr := p.spec.request()
+	req.Image, req.Entrypoint, req.ResourceLimits, req.Env = pr.Image, pr.Entrypoint, pr.ResourceLimits, pr.Env
+	return ref, nil
+}
+
+// assignPool sets the pool a plan is served from: the one it named, else
+// the first (by name) whose members are exactly the container it plans.
+func (m *Manager) assignPool(ref string, p *createPlan) {
+	if ref == "" {
+		key := specKey(p.spec)
+		m.pools.mu.Lock()
+		for _, name := range slices.Sorted(maps.Keys(m.pools.byName)) {
+			if m.pools.byName[name].key == key {
+				ref = name
+				break
+			}
+		}
+		m.pools.mu.Unlock()
+	}
+	p.fromPool = ref
+	p.rec.Pool = ref
+}
+
+// claim serves a plan from its pool. It returns nil (and the caller creates
+// the sandbox cold) when the plan names no pool, its pool has no idle
+// member, or the plan asks for another container than the pool makes.
+func (m *Manager) claim(ctx context.Context, p *createPlan) (*Sandbox, error) {
+	if p.fromPool == "" {
+		return nil, nil
+	}
+	key := specKey(p.spec)
+	for {
+		mem, ok := m.pools.take(p.fromPool, key)
+		if !ok {
+			return nil, nil
+		}
+		start := m.now()
+		// A cached session answers without a Docker call; a member that
+		// died since the last check fails here and is replaced.
+		if _, err := m.rt.Agent(ctx, mem.cid); err != nil {
+			m.log.Warn("pool member unusable; trying the next", "pool", p.fromPool, "sandbox_id", mem.id, "err", err)
+			m.removeMember(ctx, mem.cid)
+			continue
+		}
+		rec := p.rec
+		rec.ID, rec.ContainerID, rec.State = mem.id, mem.cid, recordReady
+		if err := m.store.PutSandbox(&rec); err != nil {
+			m.removeMember(ctx, mem.cid)
+			return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: "record sandbox", Err: err}
+		}
+		m.metrics.Creates.Add(1)
+		m.metrics.CreateSeconds.Observe(m.now().Sub(start))
+		m.log.Info("sandbox created from pool", "sandbox_id", rec.ID, "pool", p.fromPool, "container", mem.cid[:12])
+		sb := m.view(&rec, nil)
+		sb.Status = Status{State: "Running", Reason: "CONTAINER_RUNNING", Message: "Sandbox container started successfully.", LastTransitionAt: rec.CreatedAt}
+		return sb, nil
+	}
+}
+
+// take hands out the oldest idle member of pool name if its members match
+// key, and wakes the pool's filler.
+func (ps *pools) take(name, key string) (poolMember, bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.byName[name]
+	if p == nil || p.key != key || len(p.idle) == 0 {
+		return poolMember{}, false
+	}
+	mem := p.idle[0]
+	p.idle = p.idle[1:]
+	p.kick()
+	return mem, true
+}
+
+// removeMember removes a member's container (by id, or by name when its
+// creation failed before an id was known).
+func (m *Manager) removeMember(ctx context.Context, ref string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := m.rt.Remove(ctx, ref); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		m.log.Error("remove pool member", "container", ref, "err", err)
+	}
+}
+
+// adoptPoolMember handles a container found at start without a record. It
+// reports false if the container is no pool member; a member whose pool is
+// gone, changed or full is removed.
+func (m *Manager) adoptPoolMember(ctx context.Context, c runtime.Container) bool {
+	name := c.Labels[LabelPool]
+	if name == "" {
+		return false
+	}
+	ps := m.pools
+	ps.mu.Lock()
+	p := ps.byName[name]
+	keep := p != nil && c.Running && !c.Paused && c.Labels[LabelPoolRevision] == p.revision &&
+		len(p.idle)+p.creating < p.target()
+	if keep && !slices.ContainsFunc(p.idle, func(mem poolMember) bool { return mem.cid == c.ID }) {
+		p.idle = append(p.idle, poolMember{id: c.Labels[LabelID], cid: c.ID})
+	}
+	ps.mu.Unlock()
+	if keep {
+		m.log.Info("adopted pool member", "pool", name, "sandbox_id", c.Labels[LabelID])
+		return true
+	}
+	m.log.Info("removing stale pool member", "pool", name, "sandbox_id", c.Labels[LabelID], "container", c.ID[:12])
+	m.removeMember(ctx, c.ID)
+	return true
+}
+
+// RunPools fills the pools and keeps them filled until ctx ends. Run it
+// after Reconcile, which adopts the members left by an earlier run.
+func (m *Manager) RunPools(ctx context.Context) {
+	ps := m.pools
+	ps.mu.Lock()
+	ps.ctx = ctx
+	for _, p := range ps.byName {
+		m.startFiller(p)
+	}
+	ps.mu.Unlock()
+	<-ctx.Done()
+	ps.wg.Wait()
+}
+
+// startFiller starts p's filler if RunPools runs; the caller holds pools.mu.
+func (m *Manager) startFiller(p *pool) {
+	ps := m.pools
+	if ps.ctx == nil || ps.ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(ps.ctx)
+	p.stop, p.done = cancel, make(chan struct{})
+	ps.wg.Add(1)
+	go func() {
+		defer ps.wg.Done()
+		defer close(p.done)
+		m.fill(ctx, p)
+	}()
+}
+
+// fill keeps p at its target until ctx ends: it creates the missing members
+// a few at a time, backs off after failures, and checks the idle ones.
+func (m *Manager) fill(ctx context.Context, p *pool) {
+	m.checkPool(ctx, p)
+	check := time.NewTicker(poolCheckInterval)
+	defer check.Stop()
+	var retry time.Duration
+	for {
+		if n := m.pools.reserve(p); n > 0 {
+			errs := make(chan error, n)
+			for range n {
+				go func() { errs <- m.addMember(ctx, p) }()
+			}
+			var failed error
+			for range n {
+				if err := <-errs; err != nil {
+					failed = err
+				}
+			}
+			if failed == nil {
+				retry = 0
+				continue
+			}
+			retry = min(max(2*retry, time.Second), poolRetryMax)
+			if ctx.Err() == nil {
+				m.log.Warn("pool fill failed; retrying", "pool", p.name, "in", retry, "err", failed)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retry):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-check.C:
+			m.checkPool(ctx, p)
+		}
+	}
+}
+
+// reserve counts up to poolFillParallel members of p as being created and
+// returns how many.
+func (ps *pools) reserve(p *pool) int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p.removed {
+		return 0
+	}
+	n := min(p.target()-len(p.idle)-p.creating, poolFillParallel)
+	if n < 0 {
+		return 0
+	}
+	p.creating += n
+	return n
+}
+
+// addMember makes one member of p: create, start, start the agent and wait
+// for its answer. A member no longer wanted when it is ready (the pool was
+// deleted or shrunk meanwhile) is removed.
+func (m *Manager) addMember(ctx context.Context, p *pool) error {
+	mem, err := m.makeMember(ctx, p)
+	ps := m.pools
+	ps.mu.Lock()
+	p.creating--
+	wanted := err == nil && !p.removed && len(p.idle)+p.creating < p.target()
+	if wanted {
+		p.idle = append(p.idle, mem)
+	}
+	ps.mu.Unlock()
+	if err == nil && !wanted {
+		m.removeMember(ctx, mem.cid)
+	}
+	return err
+}
+
+func (m *Manager) makeMember(ctx context.Context, p *pool) (mem poolMember, err error) {
+	mem.id = newID()
+	spec := p.tmpl
+	spec.Name = containerName(mem.id)
+	spec.Labels = map[string]string{LabelID: mem.id, LabelInstance: m.instance, LabelPool: p.name, LabelPoolRevision: p.revision}
+	defer func() {
+		if err != nil {
+			ref := mem.cid
+			if ref == "" {
+				ref = spec.Name
+			}
+			m.removeMember(ctx, ref)
+		}
+	}()
+	if err := m.rt.EnsureImage(ctx, spec.Image, nil, "", nil); err != nil {
+		return mem, fmt.Errorf("image %s: %w", spec.Image, err)
+	}
+	if mem.cid, err = m.rt.Create(ctx, spec); err != nil {
+		return mem, err
+	}
+	if err := m.rt.Start(ctx, mem.cid); err != nil {
+		return mem, err
+	}
+	if err := m.pingAgent(ctx, mem.cid); err != nil {
+		return mem, err
+	}
+	return mem, nil
+}
+
+// pingAgent starts a container's agent and waits until it answers.
+func (m *Manager) pingAgent(ctx context.Context, cid string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rt, err := m.rt.Agent(ctx, cid)
+	if err != nil {
+		return err
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/ping", nil)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return fmt.Errorf("ping agent: %w", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("ping agent: status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// checkPool drops the idle members whose container stopped or vanished,
+// and makes sure the others' agents run (members adopted after a restart
+// have none yet).
+func (m *Manager) checkPool(ctx context.Context, p *pool) {
+	ps := m.pools
+	ps.mu.Lock()
+	idle := slices.Clone(p.idle)
+	ps.mu.Unlock()
+	if len(idle) == 0 {
+		return
+	}
+	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance, LabelPool: p.name})
+	if err != nil {
+		return // the next check retries
+	}
+	running := map[string]bool{}
+	for _, c := range conts {
+		running[c.ID] = c.Running && !c.Paused
+	}
+	var dead []string
+	for _, mem := range idle {
+		if !running[mem.cid] || m.pingAgent(ctx, mem.cid) != nil {
+			dead = append(dead, mem.cid)
+		}
+	}
+	if len(dead) == 0 || ctx.Err() != nil {
+		return
+	}
+	ps.mu.Lock()
+	p.idle = slices.DeleteFunc(p.idle, func(mem poolMember) bool { return slices.Contains(dead, mem.cid) })
+	ps.mu.Unlock()
+	for _, cid := range dead {
+		m.log.Warn("pool member stopped; replacing it", "pool", p.name, "container", cid[:12])
+		m.removeMember(ctx, cid)
+	}
+	p.kick()
+}
+
+// CreatePool defines a pool through the API; it fills in the background.
+func (m *Manager) CreatePool(ctx context.Context, name string, spec PoolSpec, capacity PoolCapacity) (*Pool, error) {
+	if !poolName.MatchString(name) || len(name) > 253 {
+		return nil, errf(KindInvalid, CodePoolInvalid, "pool name %q must be lowercase alphanumerics and '-' (a Kubernetes resource name)", name)
+	}
+	p, err := m.newPool(name, spec, capacity, wireTime(m.now()))
+	if err != nil {
+		return nil, err
+	}
+	ps := m.pools
+	ps.mu.Lock()
+	if ps.byName[name] != nil {
+		ps.mu.Unlock()
+		return nil, errf(KindConflict, CodePoolExists, "pool %s already exists", name)
+	}
+	ps.byName[name] = p
+	m.startFiller(p)
+	ps.mu.Unlock()
+	if err := m.savePools(); err != nil {
+		return nil, err
+	}
+	m.log.Info("pool created", "pool", name, "image", p.spec.Image, "size", p.target())
+	return m.GetPool(ctx, name)
+}
+
+// ListPools returns every pool, by name.
+func (m *Manager) ListPools(ctx context.Context) ([]*Pool, error) {
+	allocated, err := m.allocated()
+	if err != nil {
+		return nil, err
+	}
+	ps := m.pools
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	out := make([]*Pool, 0, len(ps.byName))
+	for _, name := range slices.Sorted(maps.Keys(ps.byName)) {
+		out = append(out, ps.byName[name].view(allocated[name]))
+	}
+	return out, nil
+}
+
+// GetPool returns one pool.
+func (m *Manager) GetPool(ctx context.Context, name string) (*Pool, error) {
+	allocated, err := m.allocated()
+	if err != nil {
+		return nil, err
+	}
+	ps := m.pools
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p := ps.byName[name]
+	if p == nil {
+		return nil, poolNotFound(name)
+	}
+	return p.view(allocated[name]), nil
+}
+
+// UpdatePool changes a pool's capacity; idle members beyond the new target
+// are removed before it returns. A pool of the config file changes until the
+// next restart.
+func (m *Manager) UpdatePool(ctx context.Context, name string, capacity PoolCapacity) (*Pool, error) {
+	if err := capacity.validate(); err != nil {
+		return nil, err
+	}
+	ps := m.pools
+	ps.mu.Lock()
+	p := ps.byName[name]
+	if p == nil {
+		ps.mu.Unlock()
+		return nil, poolNotFound(name)
+	}
+	p.capacity = capacity
+	var excess []poolMember
+	if n := len(p.idle) - p.target(); n > 0 {
+		excess = slices.Clone(p.idle[len(p.idle)-n:])
+		p.idle = p.idle[:len(p.idle)-n]
+	}
+	p.kick()
+	ps.mu.Unlock()
+	m.removeMembers(ctx, excess)
+	if err := m.savePools(); err != nil {
+		return nil, err
+	}
+	m.log.Info("pool resized", "pool", name, "size", p.target(), "removed", len(excess))
+	return m.GetPool(ctx, name)
+}
+
+// DeletePool removes a pool and its idle members; sandboxes already claimed
+// from it live on.
+func (m *Manager) DeletePool(ctx context.Context, name string) error {
+	ps := m.pools
+	ps.mu.Lock()
+	p := ps.byName[name]
+	if p == nil {
+		ps.mu.Unlock()
+		return poolNotFound(name)
+	}
+	delete(ps.byName, name)
+	p.removed = true
+	idle := p.idle
+	p.idle = nil
+	stop, done := p.stop, p.done
+	ps.mu.Unlock()
+	if stop != nil {
+		// Members in creation see the pool removed and remove themselves.
+		stop()
+		<-done
+	}
+	m.removeMembers(ctx, idle)
+	if err := m.savePools(); err != nil {
+		return err
+	}
+	m.log.Info("pool deleted", "pool", name, "removed", len(idle))
+	return nil
+}
+
+func (m *Manager) removeMembers(ctx context.Context, members []poolMember) {
+	var wg sync.WaitGroup
+	for _, mem := range members {
+		wg.Go(func() { m.removeMember(ctx, mem.cid) })
+	}
+	wg.Wait()
+}
+
+func poolNotFound(name string) error {
+	return errf(KindNotFound, CodePoolNotFound, "pool %s not found", name)
+}
+
+// view is the API object of p; the caller holds pools.mu.
+func (p *pool) view(allocated int) *Pool {
+	return &Pool{
+		Name: p.name, CapacitySpec: p.capacity, CreatedAt: p.createdAt,
+		Status: &PoolStatus{
+			Total: allocated + len(p.idle) + p.creating, Allocated: allocated,
+			Available: len(p.idle), Revision: p.revision,
+		},
+	}
+}
+
+// allocated counts the live sandboxes claimed from each pool.
+func (m *Manager) allocated() (map[string]int, error) {
+	recs, err := m.store.Sandboxes()
+	if err != nil {
+		return nil, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read sandbox records", Err: err}
+	}
+	n := map[string]int{}
+	for _, r := range recs {
+		if r.Pool != "" {
+			n[r.Pool]++
+		}
+	}
+	return n, nil
+}
+
+// savePools persists the pools created through the API.
+func (m *Manager) savePools() error {
+	ps := m.pools
+	ps.saveMu.Lock()
+	defer ps.saveMu.Unlock()
+	ps.mu.Lock()
+	var stored []storedPool
+	for _, p := range ps.byName {
+		if !p.configured {
+			stored = append(stored, storedPool{Name: p.name, Spec: p.spec, Capacity: p.capacity, CreatedAt: p.createdAt})
+		}
+	}
+	ps.mu.Unlock()
+	sort.Slice(stored, func(i, j int) bool { return stored[i].Name < stored[j].Name })
+	buf, err := json.Marshal(stored)
+	if err == nil {
+		err = m.store.SetMetaString(metaPools, string(buf))
+	}
+	if err != nil {
+		return &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "persist pools", Err: err}
+	}
+	return nil
+}
