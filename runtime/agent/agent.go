@@ -74,7 +74,8 @@ func newServer(opts Options) *server {
 	if opts.TempDir == "" {
 		opts.TempDir = os.TempDir()
 	}
-	s := &server{opts: opts, log: opts.Logger, proxyTransport: newProxyTransport(), findShell: findShell}
+	s := &server{opts: opts, log: opts.Logger, proxyTransport: newProxyTransport()}
+	s.findShell = new(shellFinder).find
 	s.commands.init()
 	s.sessions.init()
 	s.ptys.init()

@@ -8,6 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -91,6 +94,27 @@ func TestRunAndDial(t *testing.T) {
 	if string(got) != payload {
 		t.Fatalf("download: %d bytes, want %d", len(got), len(payload))
 	}
+
+	// sandboxd reverse-proxies WebSockets (PTY) through the same transport.
+	front := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(&url.URL{Scheme: "http", Host: "agent"}) },
+		Transport: c.Transport(),
+	})
+	defer front.Close()
+	if resp, err = hc.Post("http://agent/pty", "application/json", nil); err != nil {
+		t.Fatal(err)
+	}
+	id := decode[map[string]string](t, resp, http.StatusCreated)["session_id"]
+	resp.Body.Close()
+	ws := &testAgent{url: front.URL}
+	wc, _, err := ws.dialPTY(t, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc.expectText("connected")
+	wc.stdin("echo $((2+3))x\n")
+	wc.until(map[byte]string{chanStdout: "5x"})
+	wc.conn.Close()
 
 	hangUp()
 	if err := <-done; err != nil {

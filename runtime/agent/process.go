@@ -32,21 +32,40 @@ type shell struct {
 	isBash bool
 }
 
-// findShell looks for bash, then sh, in PATH and then in the usual
-// directories, because the sandbox's PATH may be empty or odd.
-func findShell() (shell, error) {
+// shellFinder looks for bash, then sh, in PATH and then in the usual
+// directories, because the sandbox's PATH may be empty or odd. It remembers
+// what it found as long as that file stays executable, so that a command
+// costs one stat rather than a PATH search.
+type shellFinder struct {
+	mu    sync.Mutex
+	found shell
+}
+
+func (f *shellFinder) find() (shell, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.found.path != "" && isExecutable(f.found.path) {
+		return f.found, nil
+	}
 	for _, name := range []string{"bash", "sh"} {
 		if p, err := exec.LookPath(name); err == nil {
-			return shell{path: p, isBash: name == "bash"}, nil
+			f.found = shell{path: p, isBash: name == "bash"}
+			return f.found, nil
 		}
 		for _, dir := range []string{"/bin", "/usr/bin", "/usr/local/bin"} {
-			p := filepath.Join(dir, name)
-			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-				return shell{path: p, isBash: name == "bash"}, nil
+			if p := filepath.Join(dir, name); isExecutable(p) {
+				f.found = shell{path: p, isBash: name == "bash"}
+				return f.found, nil
 			}
 		}
 	}
+	f.found = shell{}
 	return shell{}, errors.New("no shell: neither bash nor sh found in the sandbox")
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
 // execSpec describes one shell command to start.
