@@ -180,7 +180,8 @@ func serve(args []string) error {
 }
 
 // reconcileThenReap adopts this instance's containers (retrying while
-// Docker is unreachable), then runs the periodic reaper.
+// Docker is unreachable), then fills the warm pools and runs the periodic
+// reaper.
 func reconcileThenReap(ctx context.Context, mgr *lifecycle.Manager, log *slog.Logger) {
 	for {
 		err := mgr.Reconcile(ctx)
@@ -194,5 +195,6 @@ func reconcileThenReap(ctx context.Context, mgr *lifecycle.Manager, log *slog.Lo
 		case <-time.After(5 * time.Second):
 		}
 	}
+	go mgr.RunPools(ctx)
 	mgr.RunReaper(ctx)
 }
