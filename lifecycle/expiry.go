@@ -5,24 +5,70 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
-// Expiry rules (README "Expiry, idle timeout and renewal"):
+// Expiry rules (docs/idle-timeout.md has the user's version). A sandbox
+// has at most one deadline, reported as expiresAt. Let X be its expiry
+// (createdAt+timeout, moved by renew-expiration; none for manual cleanup)
+// and A its last activity (creation counts).
 //
-//   - TTL: timeout at create sets expiresAt; renew-expiration moves it.
-//   - Renew on access (upstream's access.renew.extend.seconds = E): each
-//     activity moves the TTL deadline to max(lastActivity+E, expiresAt),
-//     capped at createdAt + max_sandbox_timeout_seconds when that is set.
-//   - Idle timeout ([lifecycle] idle_timeout = I): the sandbox is reaped
-//     at lastActivity+I unless work is still running inside it, and never
-//     later than its TTL deadline.
+//   - With access.renew.extend.seconds = E (upstream's renew on access):
+//     deadline = max(X, A+E), or A+E without X. E is the sandbox's own
+//     idle timeout and replaces the server's. E is cut to
+//     max_sandbox_timeout_seconds, which bounds renew-expiration from now
+//     the same way.
+//   - Otherwise with [lifecycle] idle_timeout = I (recorded at create):
+//     deadline = min(X, A+I); X caps everything.
+//   - Otherwise deadline = X, upstream's fixed TTL.
 //
-// Activity is any request through the sandbox's proxy route, a resume, or
-// a renewal; sandboxd's own housekeeping never counts.
+// Activity is a request through the sandbox's proxy route, a resume, a
+// renewal, and work (commands, sessions, terminals) found running when a
+// deadline that activity can move is reached. Nothing sandboxd does on its
+// own counts: GET, list, endpoints, metrics, health checks, reconciling.
+
+// expiry is a sandbox's current deadline.
+type expiry struct {
+	at     time.Time
+	idle   bool // at is A+E or A+I rather than X
+	renews bool // activity moves at, so running work postpones it
+}
+
+// expiry returns a sandbox's deadline; false if it never expires.
+func (m *Manager) expiry(rec *Record) (expiry, bool) {
+	last := m.lastActivity(rec)
+	switch {
+	case rec.RenewOnAccess > 0:
+		extend := time.Duration(rec.RenewOnAccess) * time.Second
+		if max := time.Duration(m.cfg.Server.MaxSandboxTimeoutSeconds) * time.Second; max > 0 && extend > max {
+			extend = max
+		}
+		if at := last.Add(extend); rec.ExpiresAt == nil || at.After(*rec.ExpiresAt) {
+			return expiry{at: at, idle: true, renews: true}, true
+		}
+		return expiry{at: *rec.ExpiresAt, renews: true}, true
+	case rec.IdleTimeout > 0:
+		if at := last.Add(time.Duration(rec.IdleTimeout) * time.Second); rec.ExpiresAt == nil || at.Before(*rec.ExpiresAt) {
+			return expiry{at: at, idle: true, renews: true}, true
+		}
+	case rec.ExpiresAt == nil:
+		return expiry{}, false
+	}
+	return expiry{at: *rec.ExpiresAt}, true
+}
+
+// deadline is what expiresAt reports: nil if the sandbox never expires.
+func (m *Manager) deadline(rec *Record) *time.Time {
+	e, ok := m.expiry(rec)
+	if !ok {
+		return nil
+	}
+	return &e.at
+}
 
 // lastActivity is the newest of the persisted and in-memory activity times.
 func (m *Manager) lastActivity(rec *Record) time.Time {
@@ -35,48 +81,6 @@ func (m *Manager) lastActivity(rec *Record) time.Time {
 	return rec.LastActivity
 }
 
-// ttlDeadline is the hard deadline, nil for manual cleanup.
-func (m *Manager) ttlDeadline(rec *Record) *time.Time {
-	if rec.ExpiresAt == nil {
-		return nil
-	}
-	d := *rec.ExpiresAt
-	if rec.RenewOnAccess > 0 {
-		if ext := m.lastActivity(rec).Add(time.Duration(rec.RenewOnAccess) * time.Second); ext.After(d) {
-			d = ext
-		}
-		if max := m.cfg.Server.MaxSandboxTimeoutSeconds; max > 0 {
-			if limit := rec.CreatedAt.Add(time.Duration(max) * time.Second); d.After(limit) {
-				d = limit
-			}
-		}
-	}
-	return &d
-}
-
-// idleDeadline is when the sandbox becomes reapable for idleness, nil if
-// it has no idle timeout.
-func (m *Manager) idleDeadline(rec *Record) *time.Time {
-	if rec.IdleTimeout <= 0 {
-		return nil
-	}
-	d := m.lastActivity(rec).Add(time.Duration(rec.IdleTimeout) * time.Second)
-	return &d
-}
-
-// deadline is the earliest of the TTL and idle deadlines: what expiresAt
-// reports.
-func (m *Manager) deadline(rec *Record) *time.Time {
-	ttl, idle := m.ttlDeadline(rec), m.idleDeadline(rec)
-	switch {
-	case ttl == nil:
-		return idle
-	case idle == nil || ttl.Before(*idle):
-		return ttl
-	}
-	return idle
-}
-
 // Touch records activity on a sandbox (cheap: persisted by the reaper).
 func (m *Manager) Touch(id string) {
 	now := m.now()
@@ -85,12 +89,12 @@ func (m *Manager) Touch(id string) {
 	m.mu.Unlock()
 }
 
-// persistActivity writes in-memory activity times to the store, so idle
-// deadlines survive a restart to within one reaper period.
+// persistActivity writes in-memory activity times to the store, so
+// deadlines survive a restart to within one reaper period. An entry leaves
+// memory only once stored, so expiresAt never moves back meanwhile.
 func (m *Manager) persistActivity() {
 	m.mu.Lock()
-	pending := m.activity
-	m.activity = map[string]time.Time{}
+	pending := maps.Clone(m.activity)
 	m.mu.Unlock()
 	for id, t := range pending {
 		_, err := m.store.UpdateSandbox(id, func(r *Record) error {
@@ -101,12 +105,13 @@ func (m *Manager) persistActivity() {
 		})
 		if err != nil && !errors.Is(err, errNoRecord) {
 			m.log.Warn("persist activity", "sandbox_id", id, "err", err)
-			m.mu.Lock()
-			if cur, ok := m.activity[id]; !ok || cur.Before(t) {
-				m.activity[id] = t
-			}
-			m.mu.Unlock()
+			continue // kept in memory, retried next sweep
 		}
+		m.mu.Lock()
+		if m.activity[id].Equal(t) {
+			delete(m.activity, id)
+		}
+		m.mu.Unlock()
 	}
 }
 
@@ -149,20 +154,24 @@ func (m *Manager) Sweep(ctx context.Context) {
 		if rec.State != recordReady {
 			continue
 		}
-		ttl, idle := m.ttlDeadline(rec), m.idleDeadline(rec)
-		reason := ""
-		switch {
-		case ttl != nil && !now.Before(*ttl):
-			reason = "expired"
-		case idle != nil && !now.Before(*idle):
+		e, ok := m.expiry(rec)
+		if !ok || now.Before(e.at) {
+			continue
+		}
+		if e.renews {
 			if m.busy(ctx, rec) {
-				m.log.Debug("idle deadline passed but work is running; keeping", "sandbox_id", rec.ID)
+				m.log.Debug("deadline reached with work running; keeping", "sandbox_id", rec.ID)
 				m.Touch(rec.ID)
 				continue
 			}
+			// A request may have come in while the agent answered.
+			if e, _ = m.expiry(rec); m.now().Before(e.at) {
+				continue
+			}
+		}
+		reason := "expired"
+		if e.idle {
 			reason = "idle"
-		default:
-			continue
 		}
 		if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
 			m.log.Error("reaper: remove sandbox", "sandbox_id", rec.ID, "reason", reason, "err", err)

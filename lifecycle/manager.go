@@ -688,7 +688,9 @@ func (m *Manager) ready(ctx context.Context, id string) (*Record, runtime.Contai
 	return rec, c, err
 }
 
-// Renew sets a new absolute expiry.
+// Renew sets a new absolute expiry. It returns the sandbox's resulting
+// deadline, what GET reports: an idle timeout can make it earlier than at,
+// renew on access later.
 func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time, error) {
 	rec, err := m.record(id)
 	if err != nil {
@@ -705,7 +707,7 @@ func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time
 		return time.Time{}, errf(KindInvalid, CodeInvalidExpiration, "New expiration time is more than max_sandbox_timeout_seconds (%d) from now.", max)
 	}
 	at = wireTime(at)
-	_, err = m.store.UpdateSandbox(id, func(r *Record) error {
+	rec, err = m.store.UpdateSandbox(id, func(r *Record) error {
 		r.ExpiresAt = &at
 		return nil
 	})
@@ -713,8 +715,9 @@ func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time
 		return time.Time{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "persist renewal", Err: err}
 	}
 	m.Touch(id)
-	m.log.Info("sandbox renewed", "sandbox_id", id, "expires_at", at)
-	return at, nil
+	exp := wireTime(*m.deadline(rec))
+	m.log.Info("sandbox renewed", "sandbox_id", id, "expires_at", exp)
+	return exp, nil
 }
 
 // Endpoint returns where port of sandbox id is reached: always through
