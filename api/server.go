@@ -83,8 +83,7 @@ func (s *Server) routes() {
 		p.HandleFunc("/snapshots/{id}", s.handleDeleteSnapshot).Methods(http.MethodDelete)
 		p.HandleFunc("/sandboxes/{id}/diagnostics/logs", s.handleLogs).Methods(http.MethodGet)
 		p.HandleFunc("/sandboxes/{id}/diagnostics/{what}", s.handleDiagnosticsNotImplemented).Methods(http.MethodGet)
-		p.HandleFunc("/pools", s.handlePoolsNotSupported)
-		p.HandleFunc("/pools/{name}", s.handlePoolsNotSupported)
+		s.poolRoutes(p)
 	}
 }
 
@@ -225,10 +224,6 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.mgr.Metrics().WritePrometheus(w, byState)
 	writeProcessMetrics(w)
-}
-
-func (s *Server) handlePoolsNotSupported(w http.ResponseWriter, r *http.Request) {
-	writeError(w, r, http.StatusNotImplemented, "KUBERNETES::POOL_NOT_SUPPORTED", "Pools are not available yet in sandboxd.")
 }
 
 func (s *Server) handleDiagnosticsNotImplemented(w http.ResponseWriter, r *http.Request) {
