@@ -1,0 +1,145 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	cerrdefs "github.com/containerd/errdefs"
+)
+
+// TestLifecycleVolumes mounts host directories under an allowed prefix and
+// a named volume, and refuses host paths outside the allow-list without
+// creating anything.
+func TestLifecycleVolumes(t *testing.T) {
+	allowed, outside := t.TempDir(), t.TempDir()
+	claim := "sandboxd-e2e-" + randomHex(t, 4)
+	removeVolumeAtEnd(t, claim) // registered first: runs after the harness removed the containers
+	s := startServer(t, withTOML(fmt.Sprintf("[storage]\nallowed_host_paths = [%q]\n", allowed)))
+	if err := os.WriteFile(filepath.Join(allowed, "from-host.txt"), []byte("host-content\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fresh := filepath.Join(allowed, "created", "by", "sandboxd")
+
+	t.Run("mounted", func(t *testing.T) {
+		sb := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"volumes": []any{
+			map[string]any{"name": "work", "host": map[string]string{"path": allowed}, "mountPath": "/mnt/host"},
+			map[string]any{"name": "ro", "host": map[string]string{"path": allowed}, "mountPath": "/mnt/ro", "readOnly": true},
+			map[string]any{"name": "fresh", "host": map[string]string{"path": fresh}, "mountPath": "/mnt/fresh"},
+			map[string]any{"name": "cache", "pvc": map[string]any{"claimName": claim, "deleteOnSandboxTermination": true}, "mountPath": "/mnt/pvc"},
+		}}))
+
+		if got := runCommand(t, s, sb.ID, "cat /mnt/host/from-host.txt"); got != "host-content" {
+			t.Errorf("host file seen in the sandbox: %q, want host-content", got)
+		}
+		if got := downloadFile(t, s, sb.ID, "/mnt/host/from-host.txt"); got != "host-content\n" {
+			t.Errorf("host file downloaded from the sandbox: %q, want %q", got, "host-content\n")
+		}
+		runCommand(t, s, sb.ID, "echo from-sandbox > /mnt/host/from-sandbox.txt && echo fresh > /mnt/fresh/f.txt && echo kept > /mnt/pvc/p.txt")
+		for path, want := range map[string]string{
+			filepath.Join(allowed, "from-sandbox.txt"): "from-sandbox\n",
+			filepath.Join(fresh, "f.txt"):              "fresh\n",
+		} {
+			if got, err := os.ReadFile(path); err != nil || string(got) != want {
+				t.Errorf("host file %s written in the sandbox: %q, %v; want %q", path, got, err, want)
+			}
+		}
+		if got := runCommand(t, s, sb.ID, "touch /mnt/ro/x 2>/dev/null && echo writable || echo read-only"); got != "read-only" {
+			t.Errorf("readOnly mount: %s", got)
+		}
+		if got := runCommand(t, s, sb.ID, "cat /mnt/pvc/p.txt"); got != "kept" {
+			t.Errorf("file in the named volume: %q, want kept", got)
+		}
+
+		ctr := sandboxContainer(t, sb.ID)
+		found := false
+		for _, m := range ctr.Mounts {
+			if m.Type == "volume" && m.Name == claim && m.Destination == "/mnt/pvc" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("container mounts %+v: no volume %s at /mnt/pvc", ctr.Mounts, claim)
+		}
+		if !volumeExists(t, claim) {
+			t.Fatalf("named volume %s does not exist while its sandbox runs", claim)
+		}
+
+		wantEmpty(t, s, http.MethodDelete, sandboxPath(sb.ID), http.StatusNoContent)
+		assertGone(t, s, sb.ID)
+		if volumeExists(t, claim) {
+			t.Errorf("named volume %s with deleteOnSandboxTermination survived the sandbox", claim)
+		}
+	})
+
+	t.Run("refused", func(t *testing.T) {
+		escape := filepath.Join(allowed, "escape")
+		if err := os.Symlink(outside, escape); err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct {
+			name, path, code string
+			mustNotExist     string // a host path the refused request must not create
+		}{
+			{"outside the allow-list", filepath.Join(outside, "new-dir"), "VOLUME::HOST_PATH_NOT_ALLOWED", filepath.Join(outside, "new-dir")},
+			{"symlink out of the allow-list", filepath.Join(escape, "new-dir"), "VOLUME::HOST_PATH_NOT_ALLOWED", filepath.Join(outside, "new-dir")},
+			{"docker socket", "/var/run/docker.sock", "VOLUME::HOST_PATH_NOT_ALLOWED", ""},
+			{"prefix look-alike", allowed + "-sibling", "VOLUME::HOST_PATH_NOT_ALLOWED", allowed + "-sibling"},
+			{"dot-dot", allowed + "/../" + filepath.Base(outside) + "/dd", "VOLUME::INVALID_HOST_PATH", filepath.Join(outside, "dd")},
+			{"relative", "tmp/relative", "VOLUME::INVALID_HOST_PATH", ""},
+		}
+		for _, tt := range tests {
+			req := busyboxWith(map[string]any{"volumes": []any{
+				map[string]any{"name": "data", "host": map[string]string{"path": tt.path}, "mountPath": "/mnt/data"},
+			}})
+			msg := doError(t, s, http.MethodPost, "/v1/sandboxes", req, http.StatusBadRequest, tt.code)
+			if tt.code == "VOLUME::HOST_PATH_NOT_ALLOWED" && !strings.Contains(msg, tt.path) {
+				t.Errorf("%s: message %q does not name the path %s", tt.name, msg, tt.path)
+			}
+			if tt.mustNotExist == "" {
+				continue
+			}
+			if _, err := os.Lstat(tt.mustNotExist); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("%s: refused request created %s on the host (lstat: %v)", tt.name, tt.mustNotExist, err)
+			}
+		}
+		if left := containersByLabel(t, labelInstance, s.InstanceID); len(left) != 0 {
+			t.Errorf("refused creates left %d container(s)", len(left))
+		}
+	})
+}
+
+// volumeExists asks Docker whether a named volume exists.
+func volumeExists(t testing.TB, name string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+	defer cancel()
+	_, err := dockerClient(t).VolumeInspect(ctx, name)
+	if cerrdefs.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("inspect volume %s: %v", name, err)
+	}
+	return true
+}
+
+// removeVolumeAtEnd removes a named volume, if it still exists, when the
+// test ends (after the harness has removed the containers using it).
+func removeVolumeAtEnd(t testing.TB, name string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+		defer cancel()
+		if err := dockerClient(t).VolumeRemove(ctx, name, true); err != nil && !cerrdefs.IsNotFound(err) {
+			t.Errorf("clean-up: remove volume %s: %v", name, err)
+		}
+	})
+}
