@@ -22,8 +22,8 @@ import (
 const (
 	bashStatePrologue = `exec {__sandboxd_fd}>&3 3>&-; trap 'set +eu; IFS=$'"'"' \t\n'"'"'; ` +
 		`{ printf "%s\0" "$PWD"; for __sandboxd_v in $(compgen -e); do [[ -v $__sandboxd_v ]] && printf "%s=%s\0" "$__sandboxd_v" "${!__sandboxd_v}"; done; } >&"$__sandboxd_fd"' EXIT; `
-	// Without bash only the directory persists.
-	shStatePrologue = `trap 'printf "%s\0" "$PWD" >&3' EXIT; `
+	// Other shells (dash, busybox ash) list exported variables with export -p.
+	shStatePrologue = `trap '{ printf "%s\0" "$PWD"; export -p; } >&3' EXIT; `
 
 	// maxStateSize bounds what a run may hand to the next one.
 	maxStateSize = 16 << 20
@@ -210,9 +210,9 @@ func (s *server) runInSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}, nil, false)
 
-	prologue := shStatePrologue
+	prologue, bash := shStatePrologue, false
 	if sh, err := s.findShell(); err == nil && sh.isBash {
-		prologue = bashStatePrologue
+		prologue, bash = bashStatePrologue, true
 	}
 	spec := execSpec{script: prologue + req.Command, dir: dir, env: env, extra: []*os.File{stateW}}
 	es := newEventStream(w)
@@ -228,7 +228,7 @@ func (s *server) runInSession(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	if dir, env, ok := parseState(state.Bytes()); ok {
+	if dir, env, ok := parseState(state.Bytes(), bash); ok {
 		b.mu.Lock()
 		b.dir = dir
 		if env != nil {
@@ -238,27 +238,70 @@ func (s *server) runInSession(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// parseState reads what the exit trap wrote: NUL-terminated records, the
-// directory first, then the exported variables (bash only; nil env
-// otherwise). A shell killed by a signal writes nothing.
-func parseState(b []byte) (dir string, env []string, ok bool) {
-	records := strings.Split(string(b), "\x00")
-	if len(records) < 2 { // at least the directory and the empty tail
+// parseState reads what the exit trap wrote: the directory, NUL-terminated,
+// then the exported variables, as NUL-terminated records from bash or as
+// export -p output from other shells. A shell killed by a signal writes
+// nothing; env is nil when no variable could be read.
+func parseState(b []byte, bash bool) (dir string, env []string, ok bool) {
+	d, rest, ok := strings.Cut(string(b), "\x00")
+	if !ok {
 		return "", nil, false
 	}
-	dir, records = records[0], records[1:len(records)-1]
-	if len(records) == 0 {
-		return dir, nil, true
+	var vars []string
+	if bash {
+		vars = strings.Split(strings.TrimSuffix(rest, "\x00"), "\x00")
+	} else {
+		vars = parseExportP(rest)
 	}
-	env = make([]string, 0, len(records))
-	for _, kv := range records {
+	for _, kv := range vars {
 		k, _, ok := strings.Cut(kv, "=")
 		// A new shell sets SHLVL and _ itself; oversized entries would make
 		// the next exec fail.
-		if !ok || k == "SHLVL" || k == "_" || len(kv) > maxEnvEntry {
+		if !ok || k == "" || k == "SHLVL" || k == "_" || len(kv) > maxEnvEntry {
 			continue
 		}
 		env = append(env, kv)
 	}
-	return dir, env, true
+	return d, env, true
+}
+
+// parseExportP reads the export -p output of POSIX shells: lines
+// `export NAME='value'`, where a value may span lines and a quote in it is
+// written '"'"' (dash, busybox) or '\” (others). Names exported without a
+// value are skipped.
+func parseExportP(s string) []string {
+	var env []string
+	for s != "" {
+		line, ok := strings.CutPrefix(s, "export ")
+		i := strings.IndexAny(line, "=\n")
+		if !ok || i < 0 || line[i] == '\n' {
+			_, s, _ = strings.Cut(s, "\n")
+			continue
+		}
+		name, rest := line[:i], line[i+1:]
+		var v strings.Builder
+		for rest != "" && rest[0] != '\n' {
+			switch {
+			case rest[0] == '\'':
+				j := strings.IndexByte(rest[1:], '\'')
+				if j < 0 {
+					return env // cut short
+				}
+				v.WriteString(rest[1 : 1+j])
+				rest = rest[2+j:]
+			case strings.HasPrefix(rest, `"'"`):
+				v.WriteByte('\'')
+				rest = rest[3:]
+			case strings.HasPrefix(rest, `\'`):
+				v.WriteByte('\'')
+				rest = rest[2:]
+			default:
+				v.WriteByte(rest[0])
+				rest = rest[1:]
+			}
+		}
+		env = append(env, name+"="+v.String())
+		s = strings.TrimPrefix(rest, "\n")
+	}
+	return env
 }

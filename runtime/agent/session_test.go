@@ -21,38 +21,54 @@ func (a *testAgent) newSession(t *testing.T, body any) string {
 
 func TestSessionState(t *testing.T) {
 	t.Setenv("SHLVL", "0") // so that a growing SHLVL would show
-	a := newTestAgent(t)
+	for _, name := range []string{"bash", "sh"} {
+		t.Run(name, func(t *testing.T) {
+			a := newTestAgent(t)
+			sh, err := new(shellFinder).find()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name == "sh" {
+				sh = shell{path: "/bin/sh"}
+			}
+			a.findShell = func() (shell, error) { return sh, nil }
+			testSessionState(t, a, name == "bash")
+		})
+	}
+}
+
+func testSessionState(t *testing.T, a *testAgent, bash bool) {
 	work := filepath.Join(a.dir, "work")
 	if err := os.Mkdir(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	id := a.newSession(t, nil) // an empty body is allowed
-	run := func(cmd string, extra map[string]any) result {
-		body := map[string]any{"command": cmd}
-		for k, v := range extra {
+	type step struct {
+		command string
+		extra   map[string]any
+		exit    string
+		stdout  []string
+	}
+	steps := []step{
+		{"cd " + work + "; export FOO=\"it's a b\"; export MULTI='x\ny'; LOCAL=1; set -u", nil, "0", nil},
+		{"pwd; echo \"$FOO\"; echo \"$MULTI\"; echo ${LOCAL:-unset}", nil, "0", []string{work, "it's a b", "x", "y", "unset"}},
+		{"unset FOO; cd ..; exit 3", nil, "3", nil},
+		{"echo ${FOO:-gone}; pwd", nil, "0", []string{"gone", a.dir}},
+		{"pwd", map[string]any{"cwd": work}, "0", []string{work}},
+		{"echo out; echo err >&2; false", nil, "1", []string{"out"}},
+	}
+	if bash {
+		steps = append(steps, step{"echo $SHLVL", nil, "0", []string{"1"}})
+	}
+	for _, st := range steps {
+		body := map[string]any{"command": st.command}
+		for k, v := range st.extra {
 			body[k] = v
 		}
 		res := a.run(t, "/session/"+id+"/run", body)
 		if res.events[0].Text != id {
 			t.Fatalf("init text %q, want the session id", res.events[0].Text)
 		}
-		return res
-	}
-	steps := []struct {
-		command string
-		extra   map[string]any
-		exit    string
-		stdout  []string
-	}{
-		{"cd " + work + "; export FOO='a b'; export MULTI=$'x\\ny'; LOCAL=1; set -u", nil, "0", nil},
-		{"pwd; echo \"$FOO\"; echo \"$MULTI\"; echo ${LOCAL:-unset}; echo ${SHLVL}", nil, "0", []string{work, "a b", "x", "y", "unset", "1"}},
-		{"unset FOO; cd ..; exit 3", nil, "3", nil},
-		{"echo ${FOO:-gone}; pwd", nil, "0", []string{"gone", a.dir}},
-		{"pwd", map[string]any{"cwd": work}, "0", []string{work}},
-		{"echo out; echo err >&2; false", nil, "1", []string{"out"}},
-	}
-	for _, st := range steps {
-		res := run(st.command, st.extra)
 		if code := res.exitCode(t); code != st.exit {
 			t.Fatalf("%q: exit %s, want %s (stderr %q)", st.command, code, st.exit, res.stderr)
 		}
@@ -110,17 +126,22 @@ func TestParseState(t *testing.T) {
 	tests := []struct {
 		name string
 		in   string
+		bash bool
 		ok   bool
 		dir  string
 		env  []string
 	}{
-		{"nothing (killed)", "", false, "", nil},
-		{"directory only (sh)", "/tmp\x00", true, "/tmp", nil},
-		{"bash", "/w\x00A=1\x00SHLVL=2\x00_=/bin/x\x00B=x\ny\x00", true, "/w", []string{"A=1", "B=x\ny"}},
+		{"nothing (killed)", "", true, false, "", nil},
+		{"bash", "/w\x00A=1\x00SHLVL=2\x00_=/bin/x\x00B=x\ny\x00", true, true, "/w", []string{"A=1", "B=x\ny"}},
+		{"dash and busybox", "/w\x00export A='it'\"'\"'s'\nexport B='l1\nl2'\nexport C=''\nexport E\nexport SHLVL='1'\n", false, true, "/w",
+			[]string{"A=it's", "B=l1\nl2", "C="}},
+		{"backslash quote", "/w\x00export A='a'\\''b'\nexport N=plain\n", false, true, "/w", []string{"A=a'b", "N=plain"}},
+		{"cut short", "/w\x00export A='unterminated", false, true, "/w", nil},
+		{"directory only", "/w\x00", false, true, "/w", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir, env, ok := parseState([]byte(tt.in))
+			dir, env, ok := parseState([]byte(tt.in), tt.bash)
 			if ok != tt.ok || dir != tt.dir || !slices.Equal(env, tt.env) {
 				t.Fatalf("got %q %q %v, want %q %q %v", dir, env, ok, tt.dir, tt.env, tt.ok)
 			}
