@@ -266,9 +266,9 @@ func parseState(b []byte, bash bool) (dir string, env []string, ok bool) {
 }
 
 // parseExportP reads the export -p output of POSIX shells: lines
-// `export NAME='value'`, where a value may span lines and a quote in it is
-// written '"'"' (dash, busybox) or '\” (others). Names exported without a
-// value are skipped.
+// "export NAME='value'", where a value may span lines and a single quote in
+// it ends the quoted part, adds a quoted or backslash-escaped quote, and
+// starts a new one. Names exported without a value are skipped.
 func parseExportP(s string) []string {
 	var env []string
 	for s != "" {
