@@ -1,0 +1,151 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/docker/docker/api/types/volume"
+)
+
+// secVolumeRequest is a busybox create request with one volume.
+func secVolumeRequest(vol map[string]any) map[string]any {
+	return busyboxWith(map[string]any{"volumes": []any{vol}})
+}
+
+// TestSecurityMounts asks for mounts that would hand the sandbox the host
+// (the Docker socket, /, /etc, a symlink out of the allowed prefix, '..')
+// and checks each 400 VOLUME::* refusal, that no container was made and
+// that no directory appeared on the host. A mount under the allowed prefix
+// works, so the refusals are about the paths.
+func TestSecurityMounts(t *testing.T) {
+	root := t.TempDir()
+	allowed := filepath.Join(root, "allowed")
+	outside := filepath.Join(root, "outside")
+	for _, d := range []string{allowed, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	escape := filepath.Join(allowed, "escape")
+	if err := os.Symlink(outside, escape); err != nil {
+		t.Fatal(err)
+	}
+	etcProbe := "/etc/sandboxd-e2e-" + randomHex(t, 6)
+	s := startServer(t, withTOML(fmt.Sprintf("[storage]\nallowed_host_paths = [%q]\n", allowed)))
+
+	host := func(p string) map[string]any {
+		return map[string]any{"name": "v", "mountPath": "/mnt/v", "host": map[string]any{"path": p}}
+	}
+	tests := []struct {
+		name       string
+		vol        map[string]any
+		code       string
+		notCreated []string // paths that must not exist afterwards
+	}{
+		{name: "docker socket", vol: host("/var/run/docker.sock"), code: "VOLUME::HOST_PATH_NOT_ALLOWED"},
+		{name: "docker socket under /run", vol: host("/run/docker.sock"), code: "VOLUME::HOST_PATH_NOT_ALLOWED"},
+		{name: "directory of the docker socket", vol: host("/var/run"), code: "VOLUME::HOST_PATH_NOT_ALLOWED"},
+		{name: "root", vol: host("/"), code: "VOLUME::HOST_PATH_NOT_ALLOWED"},
+		{name: "etc", vol: host("/etc"), code: "VOLUME::HOST_PATH_NOT_ALLOWED"},
+		{name: "missing dir in etc", vol: host(etcProbe), code: "VOLUME::HOST_PATH_NOT_ALLOWED", notCreated: []string{etcProbe}},
+		{name: "docker data root", vol: host("/var/lib/docker"), code: "VOLUME::HOST_PATH_NOT_ALLOWED"},
+		{name: "symlink out of the prefix", vol: host(escape), code: "VOLUME::HOST_PATH_NOT_ALLOWED"},
+		{name: "below a symlink out of the prefix", vol: host(filepath.Join(escape, "made")), code: "VOLUME::HOST_PATH_NOT_ALLOWED", notCreated: []string{filepath.Join(outside, "made")}},
+		{
+			name: "subPath through a symlink out of the prefix",
+			vol:  map[string]any{"name": "v", "mountPath": "/mnt/v", "subPath": "escape/made2", "host": map[string]any{"path": allowed}},
+			code: "VOLUME::HOST_PATH_NOT_ALLOWED", notCreated: []string{filepath.Join(outside, "made2")},
+		},
+		{name: "dotdot out of the prefix", vol: host(allowed + "/../outside/made3"), code: "VOLUME::INVALID_HOST_PATH", notCreated: []string{filepath.Join(outside, "made3")}},
+		{name: "dotdot inside the prefix", vol: host(allowed + "/x/../made4"), code: "VOLUME::INVALID_HOST_PATH", notCreated: []string{filepath.Join(allowed, "x"), filepath.Join(allowed, "made4")}},
+		{name: "relative path", vol: host("allowed/made5"), code: "VOLUME::INVALID_HOST_PATH"},
+		{
+			name: "subPath with dotdot",
+			vol:  map[string]any{"name": "v", "mountPath": "/mnt/v", "subPath": "../outside/made6", "host": map[string]any{"path": allowed}},
+			code: "VOLUME::INVALID_SUB_PATH", notCreated: []string{filepath.Join(outside, "made6")},
+		},
+		{
+			name: "mountPath with dotdot",
+			vol:  map[string]any{"name": "v", "mountPath": "/mnt/../proc/sys", "host": map[string]any{"path": filepath.Join(allowed, "made7")}},
+			code: "VOLUME::INVALID_MOUNT_PATH", notCreated: []string{filepath.Join(allowed, "made7")},
+		},
+		{name: "sibling of the prefix", vol: host(allowed + "2"), code: "VOLUME::HOST_PATH_NOT_ALLOWED", notCreated: []string{allowed + "2"}},
+		{name: "state directory", vol: host(filepath.Join(s.Dir, "store")), code: "VOLUME::HOST_PATH_NOT_ALLOWED"},
+		{
+			name: "existing named volume not made by sandboxd",
+			vol:  map[string]any{"name": "v", "mountPath": "/mnt/v", "pvc": map[string]any{"claimName": secForeignVolume(t), "createIfNotExists": false}},
+			code: "VOLUME::PVC_NOT_ALLOWED",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, prefix := range []string{"", "/v1"} {
+				status, hdr, body := s.do(t, http.MethodPost, prefix+"/sandboxes", secVolumeRequest(tt.vol), nil)
+				secWantError(t, "create with "+tt.name, status, hdr, body, http.StatusBadRequest, tt.code)
+			}
+			if n := secInstanceContainers(t, s); n != 0 {
+				t.Errorf("a refused create left %d container(s)", n)
+			}
+			for _, p := range tt.notCreated {
+				secAssertAbsent(t, tt.name, p)
+			}
+		})
+	}
+	// Nothing at all appeared outside the prefix.
+	if entries, err := os.ReadDir(outside); err != nil || len(entries) != 0 {
+		t.Errorf("the directory outside the prefix has %d entries after the refusals (%v)", len(entries), err)
+	}
+	if fi, err := os.Lstat("/var/run/docker.sock"); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Errorf("/var/run/docker.sock is no longer a socket: %v %v", fi, err)
+	}
+
+	// Control: a directory under the prefix is mounted and created there.
+	inside := filepath.Join(allowed, "work")
+	box := newExecdBox(t, s, secVolumeRequest(host(inside)))
+	if _, code := box.secShell(t, "echo hi > /mnt/v/hello"); code != 0 {
+		t.Fatalf("writing to the allowed mount failed with exit %d", code)
+	}
+	if data, err := os.ReadFile(filepath.Join(inside, "hello")); err != nil || string(data) != "hi\n" {
+		t.Errorf("the allowed mount did not reach the host: %q %v", data, err)
+	}
+}
+
+// TestSecurityMountsLegacyAllowAll is upstream's legacy allow-all
+// (allowed_host_paths = ["/"]): the Docker socket, its directory, the
+// Docker data root, / and sandboxd's state stay refused.
+func TestSecurityMountsLegacyAllowAll(t *testing.T) {
+	s := startServer(t, withTOML("[storage]\nallowed_host_paths = [\"/\"]\n"))
+	for _, p := range []string{"/var/run/docker.sock", "/run/docker.sock", "/var/run", "/run", "/var/lib/docker", "/var/lib", "/", "/proc/1", "/sys", "/dev", filepath.Join(s.Dir, "store")} {
+		vol := map[string]any{"name": "v", "mountPath": "/mnt/v", "host": map[string]any{"path": p}}
+		status, hdr, body := s.do(t, http.MethodPost, "/v1/sandboxes", secVolumeRequest(vol), nil)
+		secWantError(t, "mount "+p, status, hdr, body, http.StatusBadRequest, "VOLUME::HOST_PATH_NOT_ALLOWED")
+	}
+	if n := secInstanceContainers(t, s); n != 0 {
+		t.Errorf("refused creates left %d container(s)", n)
+	}
+}
+
+// secForeignVolume makes a named volume that sandboxd did not create and
+// removes it when the test ends.
+func secForeignVolume(t *testing.T) string {
+	t.Helper()
+	name := "sandboxd-e2e-foreign-" + randomHex(t, 4)
+	c := dockerClient(t)
+	if _, err := c.VolumeCreate(t.Context(), volume.CreateOptions{Name: name}); err != nil {
+		t.Fatalf("create volume %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+		defer cancel()
+		if err := c.VolumeRemove(ctx, name, true); err != nil {
+			t.Errorf("remove volume %s: %v", name, err)
+		}
+	})
+	return name
+}
