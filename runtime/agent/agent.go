@@ -39,7 +39,6 @@ const (
 	codeInvalidFileContent  = "INVALID_FILE_CONTENT"
 	codeInvalidFileMetadata = "INVALID_FILE_METADATA"
 	codeFileNotFound        = "FILE_NOT_FOUND"
-	codeUnknown             = "UNKNOWN"
 	codeContextNotFound     = "CONTEXT_NOT_FOUND"
 	codeNotSupported        = "NOT_SUPPORTED"
 )

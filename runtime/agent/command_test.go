@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -303,6 +304,29 @@ func TestInterruptEscalates(t *testing.T) {
 	}
 	if ev := finalEvent(t, stream); ev.Type != evError || ev.Error.EValue != "-1" {
 		t.Fatalf("got %+v, want error -1", ev)
+	}
+}
+
+// A long command carries a ping event every 3 s.
+func TestCommandPing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a ping")
+	}
+	a := newTestAgent(t)
+	_, stream, _ := a.startStream(t, context.Background(), "/command", map[string]any{"command": "sleep 3.2; echo done"})
+	line := "\n"
+	for line == "\n" { // the blank line after init
+		var err error
+		if line, err = stream.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ev event
+	if err := json.Unmarshal([]byte(line), &ev); err != nil || ev.Type != evPing || ev.Text != "pong" || ev.Timestamp == nil {
+		t.Fatalf("got %q, want a ping event", line)
+	}
+	if ev := finalEvent(t, stream); ev.Type != evComplete {
+		t.Fatalf("got %+v, want execution_complete", ev)
 	}
 }
 
