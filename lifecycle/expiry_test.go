@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,19 +169,71 @@ func TestSweepIdle(t *testing.T) {
 	}
 }
 
-func TestRenewIsActivity(t *testing.T) {
-	// The expiry rules count a renewal as activity: a client that renews
-	// wants its sandbox, so the idle deadline restarts.
-	e := newEnv(t, func(c *config.Config) { c.Lifecycle.IdleTimeout = config.Duration{Duration: 10 * time.Minute} })
-	sb, cid := e.create(t, validRequest())
-	e.clock.Advance(8 * time.Minute)
-	if _, err := e.m.Renew(context.Background(), sb.ID, e.clock.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
+func TestActivity(t *testing.T) {
+	// Activity is a request through the proxy route (Transport, file
+	// transfers), a resume or a renewal; housekeeping reads are not.
+	tests := []struct {
+		name     string
+		act      func(m *Manager, id string) error
+		activity bool
+	}{
+		{"transport", func(m *Manager, id string) error { _, err := m.Transport(context.Background(), id); return err }, true},
+		{"upload", func(m *Manager, id string) error {
+			return m.PutFile(context.Background(), id, FileMeta{Path: "/f"}, strings.NewReader("x"))
+		}, true},
+		{"download", func(m *Manager, id string) error { return openErr(m, id, "/missing") }, true},
+		{"resume", func(m *Manager, id string) error {
+			if err := m.Pause(context.Background(), id); err != nil {
+				return err
+			}
+			return m.Resume(context.Background(), id)
+		}, true},
+		{"renew", func(m *Manager, id string) error {
+			_, err := m.Renew(context.Background(), id, m.now().Add(time.Hour))
+			return err
+		}, true},
+		{"get", func(m *Manager, id string) error { _, err := m.Get(context.Background(), id); return err }, false},
+		{"list", func(m *Manager, id string) error {
+			_, _, err := m.List(context.Background(), ListFilter{Page: 1, PageSize: 1})
+			return err
+		}, false},
+		{"endpoint", func(m *Manager, id string) error {
+			_, err := m.Endpoint(context.Background(), id, 44772, "h")
+			return err
+		}, false},
+		{"pause", func(m *Manager, id string) error { return m.Pause(context.Background(), id) }, false},
+		{"patch metadata", func(m *Manager, id string) error {
+			_, err := m.PatchMetadata(context.Background(), id, map[string]*string{"a": ptr("b")})
+			return err
+		}, false},
 	}
-	e.clock.Advance(5 * time.Minute)
-	e.m.Sweep(context.Background())
-	if !e.rt.exists(cid) {
-		t.Error("sandbox reaped as idle 5 minutes after a renewal (idle timeout 10 minutes)")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, func(c *config.Config) { c.Lifecycle.IdleTimeout = config.Duration{Duration: 10 * time.Minute} })
+			req := validRequest()
+			req.Timeout = ptr(3600)
+			sb, cid := e.create(t, req)
+			e.clock.Advance(5 * time.Minute)
+			if err := tt.act(e.m, sb.ID); err != nil {
+				if e, ok := AsError(err); !ok || e.Kind != KindNotFound || tt.name != "download" {
+					t.Fatalf("action: %v", err)
+				}
+			}
+			idle := sb.CreatedAt.Add(10 * time.Minute)
+			if tt.activity {
+				idle = e.clock.Now().Add(10 * time.Minute)
+			}
+			rec, _ := e.store.Sandbox(sb.ID)
+			if got := e.m.deadline(rec); got == nil || !got.Equal(idle) {
+				t.Errorf("deadline = %v, want %v (activity: %v)", got, idle, tt.activity)
+			}
+			// The sweep agrees: 6 more minutes reap an idle sandbox only.
+			e.clock.Advance(6 * time.Minute)
+			e.m.Sweep(context.Background())
+			if got := e.rt.exists(cid); got != tt.activity {
+				t.Errorf("container exists after the sweep = %v, want %v", got, tt.activity)
+			}
+		})
 	}
 }
 

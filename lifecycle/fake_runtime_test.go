@@ -48,7 +48,6 @@ type fakeRuntime struct {
 	volumes    map[string]map[string]string
 	removed    []string // container ids passed to Remove, in order
 	agent      http.Handler
-	agentCalls int
 	createErr  error
 	now        func() time.Time
 }
@@ -370,7 +369,8 @@ func (f *fakeRuntime) file(id, p string) (fakeFile, bool) {
 }
 
 // Agent serves requests with f.agent, in process; only running containers
-// have an agent.
+// have an agent. The handler is looked up per request, so a test may set
+// f.agent after creating sandboxes (whose agent warm-up runs concurrently).
 func (f *fakeRuntime) Agent(_ context.Context, id string) (http.RoundTripper, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -381,16 +381,19 @@ func (f *fakeRuntime) Agent(_ context.Context, id string) (http.RoundTripper, er
 	if !c.c.Running || c.c.Paused {
 		return nil, fmt.Errorf("agent of %s: %w", id, runtime.ErrConflict)
 	}
-	f.agentCalls++
-	return handlerTransport{f.agent}, nil
+	return agentTransport{f}, nil
 }
 
-// handlerTransport is a RoundTripper that calls a handler in process.
-type handlerTransport struct{ h http.Handler }
+// agentTransport is a RoundTripper that calls the fake's agent handler in
+// process.
+type agentTransport struct{ f *fakeRuntime }
 
-func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.f.mu.Lock()
+	h := t.f.agent
+	t.f.mu.Unlock()
 	rec := httptest.NewRecorder()
-	t.h.ServeHTTP(rec, req)
+	h.ServeHTTP(rec, req)
 	return rec.Result(), nil
 }
 

@@ -1,0 +1,294 @@
+package api
+
+import (
+	"bytes"
+	"mime/multipart"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/lifecycle"
+)
+
+func TestProxyAuthorization(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t)
+	other := e.create(t)
+	own, foreign := e.mgr.Token(id), e.mgr.Token(other)
+	tests := []struct {
+		name    string
+		path    string
+		headers map[string]string
+		status  int
+		code    string // for 401s
+	}{
+		{"no credentials", "/command", map[string]string{headerAPIKey: ""}, 401, "MISSING_API_KEY"},
+		{"another sandbox's token", "/command", map[string]string{headerAPIKey: "", lifecycle.TokenHeader: foreign}, 401, "INVALID_API_KEY"},
+		{"garbage token", "/command", map[string]string{headerAPIKey: "", lifecycle.TokenHeader: "garbage"}, 401, "INVALID_API_KEY"},
+		{"token in the query string", "/command?" + lifecycle.TokenHeader + "=" + own + "&token=" + own, map[string]string{headerAPIKey: ""}, 401, "MISSING_API_KEY"},
+		{"token in a cookie", "/command", map[string]string{headerAPIKey: "", "Cookie": lifecycle.TokenHeader + "=" + own}, 401, "MISSING_API_KEY"},
+		{"token as a bearer", "/command", map[string]string{headerAPIKey: "", "Authorization": "Bearer " + own}, 401, "MISSING_API_KEY"},
+		{"wrong API key", "/command", map[string]string{headerAPIKey: "wrong"}, 401, "INVALID_API_KEY"},
+		{"own token", "/command", map[string]string{headerAPIKey: "", lifecycle.TokenHeader: own}, 200, ""},
+		{"API key", "/command", nil, 200, ""},
+		{"API key in the token header", "/command", map[string]string{headerAPIKey: "", lifecycle.TokenHeader: testKey}, 200, ""},
+	}
+	for _, tt := range tests {
+		for _, prefix := range []string{"", "/v1"} {
+			t.Run(tt.name+" "+prefix, func(t *testing.T) {
+				before := e.rt.agentRequests()
+				r := e.do(t, "POST", prefix+"/sandboxes/"+id+"/proxy/44772"+tt.path, `{"command":"ls"}`, tt.headers)
+				if tt.code != "" {
+					wantError(t, r, tt.status, tt.code)
+					if e.rt.agentRequests() != before {
+						t.Error("a refused request reached the agent")
+					}
+					return
+				}
+				if r.status != tt.status {
+					t.Fatalf("status = %d %s", r.status, r.body)
+				}
+				if e.rt.agentRequests() != before+1 {
+					t.Fatal("the request did not reach the agent")
+				}
+			})
+		}
+	}
+	// A token opens only its own sandbox, also for one that does not exist.
+	r := e.do(t, "GET", "/sandboxes/nope/proxy/44772/ping", "", map[string]string{headerAPIKey: "", lifecycle.TokenHeader: own})
+	wantError(t, r, http.StatusUnauthorized, "INVALID_API_KEY")
+	r = e.do(t, "GET", "/sandboxes/nope/proxy/44772/ping", "", nil)
+	wantError(t, r, http.StatusNotFound, "DOCKER::SANDBOX_NOT_FOUND")
+}
+
+func TestProxyForwarding(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t)
+	tok := e.mgr.Token(id)
+	tests := []struct {
+		name     string
+		path     string // after /sandboxes/{id}/proxy/
+		wantURI  string // what the agent sees
+		wantHost string
+	}{
+		{"execd", "44772/command?x=1&y=a%20b", "/command?x=1&y=a%20b", "127.0.0.1:44772"},
+		{"execd root", "44772", "/", "127.0.0.1:44772"},
+		{"execd encoded path", "44772/files/a%2Fb", "/files/a%2Fb", "127.0.0.1:44772"},
+		{"other port", "8000/app/index.html?q=1", "/proxy/8000/app/index.html?q=1", "127.0.0.1:8000"},
+		{"other port root", "3000", "/proxy/3000", "127.0.0.1:3000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.do(t, "PUT", "/v1/sandboxes/"+id+"/proxy/"+tt.path, `{"k":"v"}`, map[string]string{
+				headerAPIKey:          testKey,
+				lifecycle.TokenHeader: tok,
+				"Cookie":              "session=secret",
+				"Authorization":       "Bearer secret",
+				"X-Custom":            "kept",
+			})
+			if r.status != 200 {
+				t.Fatalf("status = %d %s", r.status, r.body)
+			}
+			if want := `agent PUT ` + tt.wantURI + ` {"k":"v"}`; string(r.body) != want {
+				t.Errorf("agent answered %q, want %q", r.body, want)
+			}
+			got := e.rt.lastAgentRequest(t)
+			for _, h := range []string{lifecycle.TokenHeader, headerAPIKey, "Cookie", "Authorization"} {
+				if v := got.Header.Get(h); v != "" {
+					t.Errorf("header %s = %q reached the sandbox", h, v)
+				}
+			}
+			if got.Header.Get("X-Custom") != "kept" || got.Header.Get("X-Forwarded-For") == "" {
+				t.Errorf("forwarded headers = %v", got.Header)
+			}
+			if got.Host != tt.wantHost {
+				t.Errorf("Host = %q, want %q", got.Host, tt.wantHost)
+			}
+		})
+	}
+}
+
+func TestProxyPortAndState(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t)
+	wantError(t, e.do(t, "GET", "/sandboxes/"+id+"/proxy/0/x", "", nil), http.StatusBadRequest, "DOCKER::INVALID_PORT")
+	wantError(t, e.do(t, "GET", "/sandboxes/"+id+"/proxy/70000/x", "", nil), http.StatusBadRequest, "DOCKER::INVALID_PORT")
+	if r := e.do(t, "POST", "/v1/sandboxes/"+id+"/pause", "", nil); r.status != 202 {
+		t.Fatal(r.status)
+	}
+	wantError(t, e.do(t, "GET", "/sandboxes/"+id+"/proxy/44772/ping", "", nil), http.StatusConflict, "DOCKER::SANDBOX_NOT_RUNNING")
+}
+
+func TestInsecureModeOpensEverything(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) { c.Server.APIKey = "" })
+	id := e.create(t)
+	noKey := map[string]string{headerAPIKey: ""}
+	if r := e.do(t, "GET", "/v1/sandboxes", "", noKey); r.status != 200 {
+		t.Errorf("list without a key in insecure mode = %d", r.status)
+	}
+	if r := e.do(t, "GET", "/sandboxes/"+id+"/proxy/44772/ping", "", noKey); r.status != 200 {
+		t.Errorf("proxy without credentials in insecure mode = %d", r.status)
+	}
+}
+
+// multipartBody builds an upload; parts are (field name, content) pairs.
+func multipartBody(t *testing.T, parts ...[2]string) (string, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	w := multipart.NewWriter(&buf)
+	for _, p := range parts {
+		h := textproto.MIMEHeader{}
+		if p[0] == "file" {
+			h.Set("Content-Disposition", `form-data; name="file"; filename="blob"`)
+			h.Set("Content-Type", "application/octet-stream")
+		} else {
+			h.Set("Content-Disposition", `form-data; name="metadata"`)
+			h.Set("Content-Type", "application/json")
+		}
+		pw, err := w.CreatePart(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = pw.Write([]byte(p[1]))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String(), w.FormDataContentType()
+}
+
+func TestUploadDownload(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t)
+	tok := e.mgr.Token(id)
+	base := "/sandboxes/" + id + "/proxy/44772"
+	auth := map[string]string{headerAPIKey: "", lifecycle.TokenHeader: tok}
+	upload := func(parts ...[2]string) response {
+		body, ct := multipartBody(t, parts...)
+		h := map[string]string{"Content-Type": ct}
+		for k, v := range auth {
+			h[k] = v
+		}
+		return e.do(t, "POST", base+"/files/upload", body, h)
+	}
+	tests := []struct {
+		name   string
+		parts  [][2]string
+		status int
+		code   string
+		files  map[string]string // path → content afterwards
+	}{
+		{"metadata first", [][2]string{{"metadata", `{"path":"/tmp/a.txt"}`}, {"file", "0123456789"}}, 200, "", map[string]string{"/tmp/a.txt": "0123456789"}},
+		{"file first", [][2]string{{"file", "bbb"}, {"metadata", `{"path":"/tmp/b.txt","mode":600}`}}, 200, "", map[string]string{"/tmp/b.txt": "bbb"}},
+		{"two files", [][2]string{{"metadata", `{"path":"/tmp/c1"}`}, {"file", "c1"}, {"metadata", `{"path":"/tmp/c2"}`}, {"file", "c2"}}, 200, "", map[string]string{"/tmp/c1": "c1", "/tmp/c2": "c2"}},
+		{"metadata without file", [][2]string{{"metadata", `{"path":"/tmp/d"}`}}, 400, "INVALID_FILE", nil},
+		{"no parts", nil, 400, "INVALID_FILE", nil},
+		{"bad metadata", [][2]string{{"metadata", `not json`}, {"file", "x"}}, 400, "INVALID_FILE_METADATA", nil},
+		{"relative path", [][2]string{{"metadata", `{"path":"rel"}`}, {"file", "x"}}, 400, "INVALID_FILE_METADATA", nil},
+		{"bad mode", [][2]string{{"metadata", `{"path":"/tmp/e","mode":999}`}, {"file", "x"}}, 400, "INVALID_FILE_METADATA", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := upload(tt.parts...)
+			if tt.code != "" {
+				wantError(t, r, tt.status, tt.code)
+				return
+			}
+			if r.status != tt.status {
+				t.Fatalf("upload = %d %s", r.status, r.body)
+			}
+			for p, want := range tt.files {
+				got := e.do(t, "GET", base+"/files/download?path="+p, "", auth)
+				if got.status != 200 || string(got.body) != want {
+					t.Errorf("download %s = %d %q, want %q", p, got.status, got.body, want)
+				}
+			}
+		})
+	}
+	if r := e.do(t, "POST", base+"/files/upload", "plain", auth); r.status != 400 {
+		t.Errorf("non-multipart upload = %d", r.status)
+	}
+
+	ranges := []struct {
+		rng     string
+		status  int
+		body    string
+		content string // Content-Range
+	}{
+		{"", 200, "0123456789", ""},
+		{"bytes=0-3", 206, "0123", "bytes 0-3/10"},
+		{"bytes=7-", 206, "789", "bytes 7-9/10"},
+		{"bytes=-2", 206, "89", "bytes 8-9/10"},
+		{"bytes=5-100", 206, "56789", "bytes 5-9/10"},
+		{"bytes=10-", 416, "", "bytes */10"},
+	}
+	for _, rg := range ranges {
+		h := map[string]string{"Range": rg.rng}
+		for k, v := range auth {
+			h[k] = v
+		}
+		r := e.do(t, "GET", base+"/files/download?path=/tmp/a.txt", "", h)
+		if r.status != rg.status || r.header.Get("Content-Range") != rg.content || (rg.status < 300 && string(r.body) != rg.body) {
+			t.Errorf("Range %q = %d %q Content-Range %q; want %d %q %q", rg.rng, r.status, r.body, r.header.Get("Content-Range"), rg.status, rg.body, rg.content)
+		}
+		if rg.status < 300 && !strings.Contains(r.header.Get("Content-Disposition"), `filename=a.txt`) {
+			t.Errorf("Content-Disposition = %q", r.header.Get("Content-Disposition"))
+		}
+	}
+	wantError(t, e.do(t, "GET", base+"/files/download?path=/tmp/missing", "", auth), http.StatusNotFound, "FILE_NOT_FOUND")
+	wantError(t, e.do(t, "GET", base+"/files/download", "", auth), http.StatusBadRequest, "MISSING_QUERY")
+	wantError(t, e.do(t, "GET", base+"/files/download?path=/tmp/a.txt", "", map[string]string{headerAPIKey: ""}), http.StatusUnauthorized, "MISSING_API_KEY")
+}
+
+func TestParseRange(t *testing.T) {
+	tests := []struct {
+		h             string
+		size          int64
+		start, length int64
+		partial, ok   bool
+	}{
+		{"", 10, 0, 10, false, true},
+		{"items=0-1", 10, 0, 10, false, true},
+		{"bytes=0-9", 10, 0, 10, true, true},
+		{"bytes=0-0", 10, 0, 1, true, true},
+		{"bytes=5-", 10, 5, 5, true, true},
+		{"bytes=-3", 10, 7, 3, true, true},
+		{"bytes=-30", 10, 0, 10, true, true},
+		{"bytes=2-100", 10, 2, 8, true, true},
+		{"bytes=0-1,4-5", 10, 0, 2, true, true},
+		{"bytes= 1-2", 10, 1, 2, true, true},
+		{"bytes=10-", 10, 0, 0, false, false},
+		{"bytes=10-12", 10, 0, 0, false, false},
+		{"bytes=5-2", 10, 0, 0, false, false},
+		{"bytes=-0", 10, 0, 0, false, false},
+		{"bytes=-1", 0, 0, 0, false, false},
+		{"bytes=0-", 0, 0, 0, false, false},
+		{"bytes=x-1", 10, 0, 0, false, false},
+		{"bytes=1-x", 10, 0, 0, false, false},
+		{"bytes=-1-2", 10, 0, 0, false, false},
+		{"bytes=5", 10, 0, 0, false, false},
+	}
+	for _, tt := range tests {
+		start, length, partial, ok := parseRange(tt.h, tt.size)
+		if start != tt.start || length != tt.length || partial != tt.partial || ok != tt.ok {
+			t.Errorf("parseRange(%q, %d) = %d, %d, %v, %v; want %d, %d, %v, %v",
+				tt.h, tt.size, start, length, partial, ok, tt.start, tt.length, tt.partial, tt.ok)
+		}
+	}
+}
+
+func TestProxyRest(t *testing.T) {
+	tests := []struct{ escaped, port, want string }{
+		{"/sandboxes/a/proxy/44772/command", "44772", "/command"},
+		{"/v1/sandboxes/a/proxy/44772", "44772", ""},
+		{"/sandboxes/a/proxy/8000/x%2Fy?z", "8000", "/x%2Fy?z"},
+		{"/sandboxes/a/other", "1", ""},
+	}
+	for _, tt := range tests {
+		if got := proxyRest(tt.escaped, tt.port); got != tt.want {
+			t.Errorf("proxyRest(%q, %q) = %q, want %q", tt.escaped, tt.port, got, tt.want)
+		}
+	}
+}
