@@ -185,35 +185,13 @@ func (s *server) runCommand(w http.ResponseWriter, r *http.Request) {
 // Unlike upstream execd, a client that goes away kills the command's process
 // group: nobody can read the result, and abandoned commands would pile up.
 func (s *server) runStreaming(ctx context.Context, es *eventStream, id string, spec execSpec, timeout time.Duration, started func(*process)) *process {
-	failStart := func(err error) *process {
+	begin := time.Now()
+	p, outR, errR, err := s.spawn(spec, false)
+	if err != nil {
+		s.log.Warn("command failed to start", "id", id, "err", err)
 		es.text(evInit, id)
 		es.fail(err.Error(), err.Error())
 		return nil
-	}
-	sh, err := s.findShell()
-	if err != nil {
-		return failStart(err)
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return failStart(fmt.Errorf("stdout pipe: %w", err))
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return failStart(fmt.Errorf("stderr pipe: %w", err))
-	}
-	spec.stdout, spec.stderr = outW, errW
-	begin := time.Now()
-	p, err := start(sh, spec)
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		s.log.Warn("command failed to start", "id", id, "err", err)
-		return failStart(err)
 	}
 	if started != nil {
 		started(p)
@@ -252,6 +230,39 @@ func (s *server) runStreaming(ctx context.Context, es *eventStream, id string, s
 		es.fail(strconv.Itoa(code), desc)
 	}
 	return p
+}
+
+// spawn starts spec with its stdout and stderr on new pipes, or on one pipe
+// if combined, and returns the read ends (errR is nil when combined). The
+// error of a failed start is what execd reports as evalue.
+func (s *server) spawn(spec execSpec, combined bool) (p *process, outR, errR *os.File, err error) {
+	sh, err := s.findShell()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("output pipe: %w", err)
+	}
+	defer outW.Close()
+	spec.stdout, spec.stderr = outW, outW
+	if !combined {
+		var errW *os.File
+		if errR, errW, err = os.Pipe(); err != nil {
+			outR.Close()
+			return nil, nil, nil, fmt.Errorf("output pipe: %w", err)
+		}
+		defer errW.Close()
+		spec.stderr = errW
+	}
+	if p, err = start(sh, spec); err != nil {
+		outR.Close()
+		if errR != nil {
+			errR.Close()
+		}
+		return nil, nil, nil, err
+	}
+	return p, outR, errR, nil
 }
 
 // lineEvents turns one output pipe into stdout or stderr events.
@@ -296,28 +307,12 @@ func (l *lineEvents) send(buf []byte) {
 // startBackground starts a detached command: its output goes to a log and
 // the stream ends right away with init and execution_complete.
 func (s *server) startBackground(es *eventStream, id string, spec execSpec, timeout time.Duration, register func(*process, *outputLog) *command) {
-	fail := func(err error) {
+	begin := time.Now()
+	p, r, _, err := s.spawn(spec, true)
+	if err != nil {
+		s.log.Warn("background command failed to start", "id", id, "err", err)
 		es.text(evInit, id)
 		es.fail(err.Error(), err.Error())
-	}
-	sh, err := s.findShell()
-	if err != nil {
-		fail(err)
-		return
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		fail(fmt.Errorf("output pipe: %w", err))
-		return
-	}
-	spec.stdout, spec.stderr = w, w
-	begin := time.Now()
-	p, err := start(sh, spec)
-	w.Close()
-	if err != nil {
-		r.Close()
-		s.log.Warn("background command failed to start", "id", id, "err", err)
-		fail(err)
 		return
 	}
 	output := newOutputLog(s.opts.TempDir, id, s.log)

@@ -479,9 +479,15 @@ func (s *server) ptyWebSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	since, _ := strconv.ParseInt(q.Get("since"), 10, 64)
+	// halt ends the connection: closing it also unblocks the read loop.
 	stop := make(chan struct{})
 	var stopOnce sync.Once
-	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	halt := func() {
+		stopOnce.Do(func() {
+			close(stop)
+			conn.Close()
+		})
+	}
 	evict := func() {
 		if wmu.TryLock() { // a stalled writer must not delay the takeover
 			_ = conn.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
@@ -489,7 +495,6 @@ func (s *server) ptyWebSocket(w http.ResponseWriter, r *http.Request) {
 			wmu.Unlock()
 		}
 		halt()
-		conn.Close()
 	}
 	replay, offset, sink, done, isPTY := p.subscribe(since, evict)
 	defer p.unsubscribe(sink)
@@ -540,16 +545,16 @@ func (s *server) ptyWebSocket(w http.ResponseWriter, r *http.Request) {
 				_ = conn.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
 				_ = conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "process exited"))
 				wmu.Unlock()
-				conn.Close()
 				return
 			}
 		}
 	}()
-	s.ptyReadLoop(conn, &wmu, p, stop, halt)
+	s.ptyReadLoop(conn, &wmu, p, halt)
 }
 
-// ptyReadLoop handles the client's frames until the connection ends.
-func (s *server) ptyReadLoop(conn *websocket.Conn, wmu *sync.Mutex, p *ptySession, stop <-chan struct{}, halt func()) {
+// ptyReadLoop handles the client's frames until the connection fails or is
+// closed by halt.
+func (s *server) ptyReadLoop(conn *websocket.Conn, wmu *sync.Mutex, p *ptySession, halt func()) {
 	defer halt()
 	_ = conn.SetReadDeadline(time.Now().Add(wsReadTimeout))
 	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(wsReadTimeout)) })
@@ -592,11 +597,6 @@ func (s *server) ptyReadLoop(conn *websocket.Conn, wmu *sync.Mutex, p *ptySessio
 			default:
 				_ = writeFrame(conn, wmu, ptyFrame{Type: "error", Code: "INVALID_FRAME", Error: fmt.Sprintf("unknown frame type %q", f.Type)})
 			}
-		}
-		select {
-		case <-stop:
-			return
-		default:
 		}
 	}
 }
