@@ -8,8 +8,8 @@
 #
 # The Debian mirror is taken from this machine's apt configuration at run time
 # (override with SANDBOXD_DEBIAN_MIRROR); the downloaded packages are cached as a
-# debootstrap tarball under SANDBOXD_IMAGE_CACHE so that a rebuild stays offline
-# and fast.
+# debootstrap tarball under SANDBOXD_IMAGE_CACHE so that a rebuild downloads
+# nothing (delete that directory to pick up newer Debian packages).
 set -euo pipefail
 
 out=${1:?usage: build.sh OUTDIR}
@@ -61,20 +61,20 @@ pick_mirror() {
 	return 1
 }
 
-mirror=$(pick_mirror)
-log "mirror from apt configuration: $mirror"
-
 # The cache key covers everything that decides which packages are downloaded.
 arch=$(dpkg --print-architecture)
 key=$(printf '%s %s %s\n' "$suite" "$arch" "$packages" | sha256sum | cut -c1-16)
 tarball="$cache/code-interpreter-$suite-$arch-$key.tgz"
 mkdir -p "$cache"
 if [ ! -s "$tarball" ]; then
-	log "downloading packages into $tarball"
+	mirror=$(pick_mirror)
+	log "downloading packages from $mirror into $tarball"
 	debootstrap --variant=minbase --include="$packages" \
 		--make-tarball="$tarball.partial" "$suite" "$out/download" "$mirror" >"$out/debootstrap-download.log" 2>&1 ||
 		{ tail -n 30 "$out/debootstrap-download.log" >&2; exit 1; }
 	mv "$tarball.partial" "$tarball"
+	# Only the current package set is worth keeping.
+	find "$cache" -maxdepth 1 -name 'code-interpreter-*.tgz' ! -path "$tarball" -delete
 else
 	log "using cached packages $tarball"
 fi
@@ -87,7 +87,7 @@ install -d "$root/etc/dpkg/dpkg.cfg.d"
 printf 'path-exclude=/usr/share/%s/*\n' doc man info locale >"$root/etc/dpkg/dpkg.cfg.d/sandboxd-nodoc"
 echo force-unsafe-io >"$root/etc/dpkg/dpkg.cfg.d/sandboxd-build"
 debootstrap --variant=minbase --include="$packages" \
-	--unpack-tarball="$tarball" "$suite" "$root" "$mirror" >"$out/debootstrap.log" 2>&1 ||
+	--unpack-tarball="$tarball" "$suite" "$root" >"$out/debootstrap.log" 2>&1 ||
 	{ tail -n 30 "$out/debootstrap.log" >&2; exit 1; }
 
 # Entry point that only keeps the sandbox alive: commands arrive through the
