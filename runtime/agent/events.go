@@ -68,7 +68,7 @@ func (s *eventStream) text(typ, text string) {
 }
 
 func (s *eventStream) complete(elapsed time.Duration) {
-	b := append([]byte(`{"type":"`+evComplete+`","execution_time":`), strconv.FormatInt(elapsed.Milliseconds(), 10)...)
+	b := strconv.AppendInt([]byte(`{"type":"`+evComplete+`","execution_time":`), elapsed.Milliseconds(), 10)
 	s.write(appendTimestamp(b, time.Now().UnixMilli()))
 }
 

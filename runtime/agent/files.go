@@ -178,10 +178,7 @@ func (s *server) applyPermission(p string, perm permission) error {
 	if uid == -1 && gid == -1 {
 		return nil
 	}
-	if err := os.Lchown(p, uid, gid); err != nil {
-		return err
-	}
-	return nil
+	return os.Chown(p, uid, gid)
 }
 
 // filesInfo serves GET /files/info?path=a&path=b: Lstat of each path. Any

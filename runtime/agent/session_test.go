@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -56,6 +57,8 @@ func testSessionState(t *testing.T, a *testAgent, bash bool) {
 		{"echo ${FOO:-gone}; pwd", nil, "0", []string{"gone", a.dir}},
 		{"pwd", map[string]any{"cwd": work}, "0", []string{work}},
 		{"echo out; echo err >&2; false", nil, "1", []string{"out"}},
+		{"export BIG=1; x='" + strings.Repeat("y", 200<<10) + "'; echo ${#x}", nil, "0", []string{"204800"}},
+		{"echo $BIG", nil, "0", []string{"1"}},
 	}
 	if bash {
 		steps = append(steps, step{"echo $SHLVL", nil, "0", []string{"1"}})
