@@ -11,12 +11,12 @@ import (
 
 // poolRoutes serves upstream's /pools API (which upstream offers only on
 // Kubernetes) on sandboxd's warm pools.
-func (s *Server) poolRoutes(r *mux.Router) {
-	r.HandleFunc("/pools", s.handleCreatePool).Methods(http.MethodPost)
-	r.HandleFunc("/pools", s.handleListPools).Methods(http.MethodGet)
-	r.HandleFunc("/pools/{name}", s.handleGetPool).Methods(http.MethodGet)
-	r.HandleFunc("/pools/{name}", s.handleUpdatePool).Methods(http.MethodPut)
-	r.HandleFunc("/pools/{name}", s.handleDeletePool).Methods(http.MethodDelete)
+func (s *Server) poolRoutes(r routeAdder) {
+	r("/pools", s.handleCreatePool).Methods(http.MethodPost)
+	r("/pools", s.handleListPools).Methods(http.MethodGet)
+	r("/pools/{name}", s.handleGetPool).Methods(http.MethodGet)
+	r("/pools/{name}", s.handleUpdatePool).Methods(http.MethodPut)
+	r("/pools/{name}", s.handleDeletePool).Methods(http.MethodDelete)
 }
 
 // capacitySpec is upstream's PoolCapacitySpec: every field required.

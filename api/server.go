@@ -65,27 +65,32 @@ func (s *Server) routes() {
 	r.HandleFunc("/health", s.handleHealth).Methods(http.MethodGet)
 	r.HandleFunc("/metrics", s.handleMetrics).Methods(http.MethodGet)
 	for _, prefix := range []string{"", "/v1"} {
-		p := r.PathPrefix(prefix).Subrouter()
-		p.HandleFunc("/sandboxes/{id}/proxy/{port:[0-9]+}", s.handleProxy)
-		p.HandleFunc("/sandboxes/{id}/proxy/{port:[0-9]+}/{rest:.*}", s.handleProxy)
-		p.HandleFunc("/sandboxes", s.handleCreate).Methods(http.MethodPost)
-		p.HandleFunc("/sandboxes", s.handleList).Methods(http.MethodGet)
-		p.HandleFunc("/sandboxes/{id}", s.handleGet).Methods(http.MethodGet)
-		p.HandleFunc("/sandboxes/{id}", s.handleDelete).Methods(http.MethodDelete)
-		p.HandleFunc("/sandboxes/{id}/metadata", s.handlePatchMetadata).Methods(http.MethodPatch)
-		p.HandleFunc("/sandboxes/{id}/pause", s.handlePause).Methods(http.MethodPost)
-		p.HandleFunc("/sandboxes/{id}/resume", s.handleResume).Methods(http.MethodPost)
-		p.HandleFunc("/sandboxes/{id}/renew-expiration", s.handleRenew).Methods(http.MethodPost)
-		p.HandleFunc("/sandboxes/{id}/endpoints/{port}", s.handleEndpoint).Methods(http.MethodGet)
-		p.HandleFunc("/sandboxes/{id}/snapshots", s.handleCreateSnapshot).Methods(http.MethodPost)
-		p.HandleFunc("/snapshots", s.handleListSnapshots).Methods(http.MethodGet)
-		p.HandleFunc("/snapshots/{id}", s.handleGetSnapshot).Methods(http.MethodGet)
-		p.HandleFunc("/snapshots/{id}", s.handleDeleteSnapshot).Methods(http.MethodDelete)
-		p.HandleFunc("/sandboxes/{id}/diagnostics/logs", s.handleLogs).Methods(http.MethodGet)
-		p.HandleFunc("/sandboxes/{id}/diagnostics/{what}", s.handleDiagnosticsNotImplemented).Methods(http.MethodGet)
+		// Full paths on the top router: gorilla/mux subrouters lose the
+		// 405 for a known path with the wrong method (mux issue #751).
+		p := routeAdder(func(path string, h http.HandlerFunc) *mux.Route { return r.HandleFunc(prefix+path, h) })
+		p("/sandboxes/{id}/proxy/{port:[0-9]+}", s.handleProxy)
+		p("/sandboxes/{id}/proxy/{port:[0-9]+}/{rest:.*}", s.handleProxy)
+		p("/sandboxes", s.handleCreate).Methods(http.MethodPost)
+		p("/sandboxes", s.handleList).Methods(http.MethodGet)
+		p("/sandboxes/{id}", s.handleGet).Methods(http.MethodGet)
+		p("/sandboxes/{id}", s.handleDelete).Methods(http.MethodDelete)
+		p("/sandboxes/{id}/metadata", s.handlePatchMetadata).Methods(http.MethodPatch)
+		p("/sandboxes/{id}/pause", s.handlePause).Methods(http.MethodPost)
+		p("/sandboxes/{id}/resume", s.handleResume).Methods(http.MethodPost)
+		p("/sandboxes/{id}/renew-expiration", s.handleRenew).Methods(http.MethodPost)
+		p("/sandboxes/{id}/endpoints/{port}", s.handleEndpoint).Methods(http.MethodGet)
+		p("/sandboxes/{id}/snapshots", s.handleCreateSnapshot).Methods(http.MethodPost)
+		p("/snapshots", s.handleListSnapshots).Methods(http.MethodGet)
+		p("/snapshots/{id}", s.handleGetSnapshot).Methods(http.MethodGet)
+		p("/snapshots/{id}", s.handleDeleteSnapshot).Methods(http.MethodDelete)
+		p("/sandboxes/{id}/diagnostics/logs", s.handleLogs).Methods(http.MethodGet)
+		p("/sandboxes/{id}/diagnostics/{what}", s.handleDiagnosticsNotImplemented).Methods(http.MethodGet)
 		s.poolRoutes(p)
 	}
 }
+
+// routeAdder registers a route under one of the API's prefixes.
+type routeAdder func(path string, h http.HandlerFunc) *mux.Route
 
 // ServeHTTP runs the middleware chain: request id, panic guard, CORS,
 // access log, authentication, then the routes.
