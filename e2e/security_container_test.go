@@ -5,8 +5,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
