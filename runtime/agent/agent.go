@@ -1,9 +1,3 @@
-// Package agent is the part of sandboxd that runs inside every sandbox
-// (`sandboxd agent`). It serves the execd HTTP API natively: commands as
-// process groups, bash sessions, PTYs, files, metrics and a reverse proxy to
-// ports inside the sandbox. It listens on no port: HTTP travels over yamux
-// streams multiplexed on the agent's stdin and stdout, which sandboxd
-// attaches with one Docker exec. It needs nothing from the image.
 package agent
 
 import (

@@ -1,0 +1,40 @@
+// Package agent is the part of sandboxd that runs inside every sandbox
+// (`sandboxd agent`). It serves the execd HTTP API natively: commands as
+// process groups, bash sessions, PTYs, files, metrics and a reverse proxy to
+// ports inside the sandbox. It listens on no port: HTTP travels over yamux
+// streams multiplexed on the agent's stdin and stdout, which sandboxd
+// attaches with one Docker exec (Run on the agent's side, Dial on
+// sandboxd's). It needs nothing from the image: no shell for the file API,
+// no writable filesystem, no network.
+//
+// # Differences from upstream execd
+//
+// The wire formats are execd's. Behaviour differs on purpose here:
+//
+//   - Output is read from pipes as it is written, not polled from temp files
+//     every 100 ms, and the stream closes right after the last event instead
+//     of one second later.
+//   - A foreground command whose client disconnects is killed (its whole
+//     process group), instead of running on unobserved.
+//   - Scripts over 64 KiB reach the shell as a memory file, so commands are
+//     not limited by the kernel's 128 KiB cap on one argument.
+//   - Event text escapes U+0085 as well as U+2028 and U+2029, so clients that
+//     split lines like Python's str.splitlines never cut an event.
+//   - Background logs are addressed by line, as the API specification says
+//     (execd's implementation uses bytes); an unfinished last line is shown
+//     once the command has ended.
+//   - In bash sessions, stdout and stderr stay separate events; a timeout
+//     ends the run with error -1; interrupting a session (DELETE
+//     /command?id=<session>) stops its running command but keeps the session.
+//     Without bash, sh sessions keep their variables too.
+//   - DELETE /command with an unknown id answers 404 CONTEXT_NOT_FOUND.
+//   - Downloading a directory or another non-regular file answers 400
+//     instead of failing halfway through the body.
+//   - Uploads are streamed to disk; new files get mode 0644 unless the
+//     metadata says otherwise, and ownership changes only when asked for.
+//   - A finished foreground command keeps its status but not its text; the
+//     status of at most 1024 finished commands is kept.
+//   - /code (Jupyter) answers 501 NOT_SUPPORTED. EXECD_ENVS, the access token
+//     (sandboxd authenticates) and the line mode of /files/download
+//     (offset/limit, execd 1.0.19) are not supported.
+package agent
