@@ -64,6 +64,7 @@ func (s *Server) routes() {
 	})
 	r.HandleFunc("/health", s.handleHealth).Methods(http.MethodGet)
 	r.HandleFunc("/metrics", s.handleMetrics).Methods(http.MethodGet)
+	s.debugRoutes(r)
 	for _, prefix := range []string{"", "/v1"} {
 		// Full paths on the top router: gorilla/mux subrouters lose the
 		// 405 for a known path with the wrong method (mux issue #751).
