@@ -46,9 +46,10 @@ type Record struct {
 	// RenewOnAccess is upstream's access.renew.extend.seconds: activity
 	// moves the deadline to max(now+RenewOnAccess, current).
 	RenewOnAccess int `json:"renewOnAccess,omitempty"`
-	// IdleTimeout (seconds) reaps the sandbox once idle that long.
+	// IdleTimeout (seconds) is the server's idle timeout when the sandbox
+	// was created; RenewOnAccess replaces it (see expiry.go).
 	IdleTimeout int `json:"idleTimeout,omitempty"`
-	// LastActivity is persisted coarsely; see Manager.touch.
+	// LastActivity is persisted every reaper sweep; see persistActivity.
 	LastActivity   time.Time `json:"lastActivity,omitempty"`
 	ManagedVolumes []string  `json:"managedVolumes,omitempty"`
 	Pool           string    `json:"pool,omitempty"`
