@@ -58,7 +58,7 @@ type Manager struct {
 	tokenKey []byte
 	now      func() time.Time
 
-	metrics  *Metrics
+	metrics *Metrics
 
 	pools *pools
 
@@ -206,6 +206,10 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if err != nil {
 		return nil, err
 	}
+	hard, err := parseHardening(req.Extensions, m.cfg.Docker)
+	if err != nil {
+		return nil, err
+	}
 	p := &createPlan{}
 	image := ""
 	if hasImage {
@@ -279,6 +283,7 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 		Image: image, SnapshotID: req.SnapshotID, Platform: platform,
 		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: managed,
 		IdleTimeout: int(m.cfg.Lifecycle.IdleTimeout.Seconds()), LastActivity: now,
+		ReadOnlyRootfs: hard.readOnlyRootfs,
 	}
 	if !hasImage {
 		p.rec.Image = ""
@@ -305,7 +310,7 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if renew > 0 {
 		labels[LabelRenewExtend] = strconv.Itoa(renew)
 	}
-	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, network, mounts)
+	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, network, mounts, hard)
 	if platform != nil {
 		p.spec.Platform = platform.OS + "/" + platform.Arch
 	}
@@ -314,14 +319,14 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 }
 
 // containerSpec applies the hardening defaults to a sandbox container.
-func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[string]string, res Resources, network string, mounts []runtime.Mount) runtime.Spec {
+func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[string]string, res Resources, network string, mounts []runtime.Mount, hard hardening) runtime.Spec {
 	d := m.cfg.Docker
 	spec := runtime.Spec{
 		Name: containerName(id), Image: image, Cmd: cmd, Env: env, Labels: labels,
 		NanoCPUs: res.NanoCPUs, MemoryBytes: res.MemoryBytes, GPUCount: res.GPUCount,
 		PidsLimit: d.PidsLimit, NetworkMode: network,
 		CapDrop: d.DropCapabilities, CapAdd: d.AddCapabilities,
-		ReadOnlyRootfs: d.ReadOnlyRootfs, User: d.User, OCIRuntime: d.OCIRuntime,
+		ReadOnlyRootfs: hard.readOnlyRootfs, User: hard.user, OCIRuntime: d.OCIRuntime,
 		Mounts: mounts,
 	}
 	if d.NoNewPrivileges {
@@ -333,8 +338,10 @@ func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[
 	if d.ApparmorProfile != "" {
 		spec.SecurityOpt = append(spec.SecurityOpt, "apparmor="+d.ApparmorProfile)
 	}
-	if d.ReadOnlyRootfs {
-		spec.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,size=256m"}
+	if hard.readOnlyRootfs {
+		// Scratch space. Docker mounts a tmpfs noexec unless told
+		// otherwise; a code sandbox exists to run code, so /tmp allows it.
+		spec.Tmpfs = map[string]string{"/tmp": "rw,exec,nosuid,nodev,size=256m"}
 	}
 	return spec
 }
