@@ -5,6 +5,7 @@ package e2e
 import (
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -63,6 +64,12 @@ func TestLifecycleCreateRejects(t *testing.T) {
 			wantStatus:    http.StatusBadRequest,
 			wantCode:      "SANDBOX::INVALID_METADATA_LABEL",
 			wantInMessage: []string{"opensandbox.io/"},
+		},
+		{
+			name:       "metadata value that is not a label value",
+			body:       busyboxWith(map[string]any{"metadata": map[string]string{"team": "has spaces"}}),
+			wantStatus: http.StatusBadRequest,
+			wantCode:   "SANDBOX::INVALID_METADATA_LABEL",
 		},
 		{
 			name:          "bad cpu limit",
@@ -152,6 +159,11 @@ func TestLifecycleCreate(t *testing.T) {
 			if !slices.Equal(got.Entrypoint, entrypoint) || !maps.Equal(got.Metadata, metadata) {
 				t.Errorf("GET %s/sandboxes/%s: entrypoint %q metadata %v, want %q %v", prefix, sb.ID, got.Entrypoint, got.Metadata, entrypoint, metadata)
 			}
+		}
+
+		q := "metadata=" + url.QueryEscape("example.com/owner="+metadata["example.com/owner"])
+		if l := listSandboxes(t, s, "/v1", q); !slices.Equal(ids(l.Items), []string{sb.ID}) {
+			t.Errorf("list %s: ids %v, want [%s]", q, ids(l.Items), sb.ID)
 		}
 
 		ctr := sandboxContainer(t, sb.ID)

@@ -3,10 +3,13 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
 )
 
 // TestLifecycleMainProcessExits checks the states of sandboxes whose main
@@ -15,7 +18,7 @@ func TestLifecycleMainProcessExits(t *testing.T) {
 	s := startServer(t)
 	suite := "exits-" + randomHex(t, 4)
 	failed := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{
-		"entrypoint": []string{"sh", "-c", "exit 3"},
+		"entrypoint": []string{"sh", "-c", "echo about-to-fail; exit 3"},
 		"metadata":   map[string]string{"suite": suite},
 	}))
 	done := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{
@@ -47,11 +50,32 @@ func TestLifecycleMainProcessExits(t *testing.T) {
 		t.Errorf("list state=failed: ids %v, want [%s]", ids(l.Items), failed.ID)
 	}
 
+	// The output of a failed sandbox is what explains it.
+	if got := string(wantText(t, s, sandboxPath(failed.ID, "/diagnostics/logs"))); got != "about-to-fail\n" {
+		t.Errorf("logs of the failed sandbox: %q, want %q", got, "about-to-fail\n")
+	}
+
 	// An exited sandbox cannot be paused but can be deleted.
-	doError(t, s, http.MethodPost, sandboxPath(done.ID, "/pause"), nil, http.StatusConflict, "DOCKER::SANDBOX_NOT_RUNNING")
-	for _, id := range []string{failed.ID, done.ID} {
-		wantEmpty(t, s, http.MethodDelete, sandboxPath(id), http.StatusNoContent)
-		assertGone(t, s, id)
+	doError(t, s, http.MethodPost, sandboxPath(failed.ID, "/pause"), nil, http.StatusConflict, "DOCKER::SANDBOX_NOT_RUNNING")
+	wantEmpty(t, s, http.MethodDelete, sandboxPath(failed.ID), http.StatusNoContent)
+	assertGone(t, s, failed.ID)
+
+	// A container removed behind sandboxd's back takes its sandbox with it.
+	removeContainer(t, sandboxContainer(t, done.ID).ID)
+	doError(t, s, http.MethodGet, sandboxPath(done.ID), nil, http.StatusNotFound, "DOCKER::SANDBOX_NOT_FOUND")
+	if l := listSandboxes(t, s, "/v1", "metadata=suite%3D"+suite); len(l.Items) != 0 {
+		t.Errorf("list after the containers went: ids %v, want none", ids(l.Items))
+	}
+	doError(t, s, http.MethodDelete, sandboxPath(done.ID), nil, http.StatusNotFound, "DOCKER::SANDBOX_NOT_FOUND")
+}
+
+// removeContainer force-removes a container behind sandboxd's back.
+func removeContainer(t testing.TB, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+	defer cancel()
+	if err := dockerClient(t).ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatalf("remove container %s: %v", id, err)
 	}
 }
 

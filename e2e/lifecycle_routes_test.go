@@ -133,7 +133,9 @@ func TestLifecycleRoutes(t *testing.T) {
 
 		doError(t, s, http.MethodPatch, path, map[string]any{"opensandbox.io/expires-at": "never"}, http.StatusBadRequest, "INVALID_METADATA_LABEL")
 		doError(t, s, http.MethodPatch, path, map[string]any{"team": "not a label"}, http.StatusBadRequest, "SANDBOX::INVALID_METADATA_LABEL")
-		doError(t, s, http.MethodPatch, path, `{"team":`, http.StatusUnprocessableEntity, "")
+		for _, bad := range []string{`{"team":`, `["team"]`, `{"team":1}`} {
+			doError(t, s, http.MethodPatch, path, bad, http.StatusUnprocessableEntity, "")
+		}
 		doError(t, s, http.MethodPatch, sandboxPath(unknown, "/metadata"), map[string]any{"team": "x"}, http.StatusNotFound, "DOCKER::SANDBOX_NOT_FOUND")
 		if got := getSandbox(t, s, "/v1", b.ID); !maps.Equal(got.Metadata, want) {
 			t.Errorf("rejected patches changed the metadata to %v, want %v", got.Metadata, want)

@@ -71,6 +71,9 @@ func TestLifecycleSnapshots(t *testing.T) {
 		if restored.SnapshotID != snap.ID {
 			t.Errorf("restored sandbox: snapshotId %q, want %q", restored.SnapshotID, snap.ID)
 		}
+		if restored.Image != nil {
+			t.Errorf("restored sandbox: image %+v, want it omitted", restored.Image)
+		}
 		if want := []string{"tail", "-f", "/dev/null"}; !slices.Equal(restored.Entrypoint, want) {
 			t.Errorf("restored sandbox: entrypoint %q, want the default %q", restored.Entrypoint, want)
 		}

@@ -21,8 +21,10 @@ import (
 // creating anything.
 func TestLifecycleVolumes(t *testing.T) {
 	allowed, outside := t.TempDir(), t.TempDir()
-	claim := "sandboxd-e2e-" + randomHex(t, 4)
-	removeVolumeAtEnd(t, claim) // registered first: runs after the harness removed the containers
+	claim, kept := "sandboxd-e2e-"+randomHex(t, 4), "sandboxd-e2e-kept-"+randomHex(t, 4)
+	// Registered first, so they run after the harness removed the containers.
+	removeVolumeAtEnd(t, claim)
+	removeVolumeAtEnd(t, kept)
 	s := startServer(t, withTOML(fmt.Sprintf("[storage]\nallowed_host_paths = [%q]\n", allowed)))
 	if err := os.WriteFile(filepath.Join(allowed, "from-host.txt"), []byte("host-content\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -35,6 +37,7 @@ func TestLifecycleVolumes(t *testing.T) {
 			map[string]any{"name": "ro", "host": map[string]string{"path": allowed}, "mountPath": "/mnt/ro", "readOnly": true},
 			map[string]any{"name": "fresh", "host": map[string]string{"path": fresh}, "mountPath": "/mnt/fresh"},
 			map[string]any{"name": "cache", "pvc": map[string]any{"claimName": claim, "deleteOnSandboxTermination": true}, "mountPath": "/mnt/pvc"},
+			map[string]any{"name": "kept", "pvc": map[string]any{"claimName": kept}, "mountPath": "/mnt/kept"},
 		}}))
 
 		if got := runCommand(t, s, sb.ID, "cat /mnt/host/from-host.txt"); got != "host-content" {
@@ -69,14 +72,19 @@ func TestLifecycleVolumes(t *testing.T) {
 		if !found {
 			t.Errorf("container mounts %+v: no volume %s at /mnt/pvc", ctr.Mounts, claim)
 		}
-		if !volumeExists(t, claim) {
-			t.Fatalf("named volume %s does not exist while its sandbox runs", claim)
+		for _, v := range []string{claim, kept} {
+			if !volumeExists(t, v) {
+				t.Fatalf("named volume %s does not exist while its sandbox runs", v)
+			}
 		}
 
 		wantEmpty(t, s, http.MethodDelete, sandboxPath(sb.ID), http.StatusNoContent)
 		assertGone(t, s, sb.ID)
 		if volumeExists(t, claim) {
 			t.Errorf("named volume %s with deleteOnSandboxTermination survived the sandbox", claim)
+		}
+		if !volumeExists(t, kept) {
+			t.Errorf("named volume %s without deleteOnSandboxTermination went with the sandbox", kept)
 		}
 	})
 
