@@ -120,6 +120,11 @@ func (m *Manager) persistActivity() {
 func (m *Manager) busy(ctx context.Context, rec *Record) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	// A paused or stopped sandbox runs nothing; asking its agent would
+	// only wait for the timeout.
+	if c, err := m.rt.Inspect(ctx, rec.ContainerID); err != nil || !c.Running || c.Paused {
+		return false
+	}
 	rt, err := m.rt.Agent(ctx, rec.ContainerID)
 	if err != nil {
 		return false
