@@ -3,11 +3,13 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"net/url"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -51,6 +53,14 @@ func TestLifecycleRoutes(t *testing.T) {
 			return "metadata=" + url.QueryEscape(strings.Join(kv, "&"))
 		}
 		newestFirst := []string{c.ID, b.ID, a.ID}
+		// A list item is the same Sandbox object as GET returns.
+		for _, item := range listSandboxes(t, s, "/v1", filter("suite="+suite)).Items {
+			if got := getSandbox(t, s, "/v1", item.ID); !reflect.DeepEqual(item, got) {
+				l, _ := json.Marshal(item)
+				g, _ := json.Marshal(got)
+				t.Errorf("list item and GET of %s differ:\nlist %s\n GET %s", item.ID, l, g)
+			}
+		}
 		for _, prefix := range []string{"/v1", ""} {
 			l := listSandboxes(t, s, prefix, filter("suite="+suite))
 			if got := ids(l.Items); !slices.Equal(got, newestFirst) {
