@@ -22,9 +22,11 @@ import (
 func TestLifecycleVolumes(t *testing.T) {
 	allowed, outside := t.TempDir(), t.TempDir()
 	claim, kept := "sandboxd-e2e-"+randomHex(t, 4), "sandboxd-e2e-kept-"+randomHex(t, 4)
+	orphanA, orphanB := "sandboxd-e2e-orphan-"+randomHex(t, 4), "sandboxd-e2e-orphan-"+randomHex(t, 4)
 	// Registered first, so they run after the harness removed the containers.
-	removeVolumeAtEnd(t, claim)
-	removeVolumeAtEnd(t, kept)
+	for _, v := range []string{claim, kept, orphanA, orphanB} {
+		removeVolumeAtEnd(t, v)
+	}
 	s := startServer(t, withTOML(fmt.Sprintf("[storage]\nallowed_host_paths = [%q]\n", allowed)))
 	if err := os.WriteFile(filepath.Join(allowed, "from-host.txt"), []byte("host-content\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -121,6 +123,32 @@ func TestLifecycleVolumes(t *testing.T) {
 		}
 		if left := containersByLabel(t, labelInstance, s.InstanceID); len(left) != 0 {
 			t.Errorf("refused creates left %d container(s)", len(left))
+		}
+	})
+
+	t.Run("failed creates leave no named volume", func(t *testing.T) {
+		pvc := func(name string) map[string]any {
+			return map[string]any{"name": "cache", "pvc": map[string]any{"claimName": name, "deleteOnSandboxTermination": true}, "mountPath": "/mnt/pvc"}
+		}
+		refused := busyboxWith(map[string]any{"volumes": []any{
+			pvc(orphanA),
+			map[string]any{"name": "data", "host": map[string]string{"path": filepath.Join(outside, "refused")}, "mountPath": "/mnt/data"},
+		}})
+		doError(t, s, http.MethodPost, "/v1/sandboxes", refused, http.StatusBadRequest, "VOLUME::HOST_PATH_NOT_ALLOWED")
+		if volumeExists(t, orphanA) {
+			t.Errorf("a create refused for its host volume left the named volume %s it created", orphanA)
+		}
+
+		noImage := busyboxWith(map[string]any{
+			"image":   map[string]string{"uri": "sandboxd-test/does-not-exist-" + randomHex(t, 4) + ":latest"},
+			"volumes": []any{pvc(orphanB)},
+		})
+		doError(t, s, http.MethodPost, "/v1/sandboxes", noImage, http.StatusInternalServerError, "DOCKER::SANDBOX_IMAGE_PULL_FAILED")
+		if volumeExists(t, orphanB) {
+			t.Errorf("a create that failed to pull its image left the named volume %s it created", orphanB)
+		}
+		if l := listSandboxes(t, s, "/v1", ""); len(l.Items) != 0 {
+			t.Errorf("failed creates left records: ids %v", ids(l.Items))
 		}
 	})
 }
