@@ -99,6 +99,20 @@ func TestLifecycleCreateRejects(t *testing.T) {
 			wantCode:      "DOCKER::SANDBOX_IMAGE_PULL_FAILED",
 			wantInMessage: []string{missingImage},
 		},
+		{
+			name:          "entrypoint that does not exist",
+			body:          busyboxWith(map[string]any{"entrypoint": []string{"/no/such/binary"}}),
+			wantStatus:    http.StatusInternalServerError,
+			wantCode:      "DOCKER::SANDBOX_START_FAILED",
+			wantInMessage: []string{"/no/such/binary"},
+		},
+		{
+			name:          "shell entrypoint in an image without a shell",
+			body:          busyboxWith(map[string]any{"image": map[string]string{"uri": imageNoShell}, "entrypoint": []string{"sh", "-c", "sleep 100"}}),
+			wantStatus:    http.StatusInternalServerError,
+			wantCode:      "DOCKER::SANDBOX_START_FAILED",
+			wantInMessage: []string{`"sh"`},
+		},
 	}
 	for _, tt := range tests {
 		for _, prefix := range []string{"/v1", ""} {
@@ -122,7 +136,8 @@ func TestLifecycleCreateRejects(t *testing.T) {
 }
 
 // TestLifecycleCreate checks the 202 body of a create with a TTL and of a
-// manual-cleanup create, and that GET agrees at / and /v1.
+// manual-cleanup create, that GET agrees at / and /v1, and the lifecycle of
+// a sandbox whose image has no shell.
 func TestLifecycleCreate(t *testing.T) {
 	s := startServer(t, withTOML("[server]\nmax_sandbox_timeout_seconds = 3600\n"))
 
@@ -193,5 +208,19 @@ func TestLifecycleCreate(t *testing.T) {
 		if ctr.Config.Labels["opensandbox.io/manual-cleanup"] != "true" {
 			t.Errorf("container labels %v: want opensandbox.io/manual-cleanup=true", ctr.Config.Labels)
 		}
+	})
+
+	t.Run("image without a shell", func(t *testing.T) {
+		sb := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{
+			"image":      map[string]string{"uri": imageNoShell},
+			"entrypoint": []string{"/pause"},
+		}))
+		if got := getSandbox(t, s, "/v1", sb.ID); got.Status.State != "Running" || !slices.Equal(got.Entrypoint, []string{"/pause"}) {
+			t.Errorf("GET = %+v, want Running with entrypoint [/pause]", got)
+		}
+		wantEmpty(t, s, http.MethodPost, sandboxPath(sb.ID, "/pause"), http.StatusAccepted)
+		wantEmpty(t, s, http.MethodPost, sandboxPath(sb.ID, "/resume"), http.StatusAccepted)
+		wantEmpty(t, s, http.MethodDelete, sandboxPath(sb.ID), http.StatusNoContent)
+		assertGone(t, s, sb.ID)
 	})
 }
