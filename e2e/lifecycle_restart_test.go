@@ -14,10 +14,11 @@ import (
 )
 
 // TestLifecycleRestart crashes sandboxd (SIGKILL) and starts it again on
-// the same store: every sandbox is still served with its renewed expiry
-// and patched metadata, the short-lived one is reaped at its expiry, a
-// command runs through the SDK, and a container of the instance that has
-// no record is removed.
+// the same store: every sandbox is still served with its state, renewed
+// expiry and patched metadata, the short-lived one is reaped at its expiry,
+// a command runs through the SDK, a container of the instance that has no
+// record is removed, and a sandbox whose container went while sandboxd was
+// down is forgotten.
 func TestLifecycleRestart(t *testing.T) {
 	t.Parallel() // waits about a minute for the short-lived sandbox
 	s := startServer(t)
@@ -26,6 +27,7 @@ func TestLifecycleRestart(t *testing.T) {
 	renewed := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"metadata": md("renewed")}))
 	manual := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"metadata": md("manual"), "timeout": nil}))
 	short := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"metadata": md("short"), "timeout": 60}))
+	vanished := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"metadata": md("vanished")}))
 
 	at := time.Now().Add(50 * time.Minute).UTC().Truncate(time.Microsecond)
 	var r struct {
@@ -37,8 +39,10 @@ func TestLifecycleRestart(t *testing.T) {
 	}
 	s.doJSON(t, http.MethodPatch, sandboxPath(manual.ID, "/metadata"), map[string]any{"patched": "before-kill", "role": nil}, http.StatusOK, nil)
 	wantManualMD := map[string]string{"suite": suite, "patched": "before-kill"}
+	wantEmpty(t, s, http.MethodPost, sandboxPath(renewed.ID, "/pause"), http.StatusAccepted)
 
 	s.Kill9()
+	removeContainer(t, sandboxContainer(t, vanished.ID).ID)
 	// A container of this instance that sandboxd has no record of, as a
 	// crash in the middle of a create would leave.
 	rogue := "x-" + randomHex(t, 6)
@@ -54,10 +58,15 @@ func TestLifecycleRestart(t *testing.T) {
 		t.Fatalf("list after restart: ids %v, want %v", got, want)
 	}
 	for _, sb := range l.Items {
-		if sb.Status.State != "Running" {
-			t.Errorf("after restart: %s is %q, want Running", sb.ID, sb.Status.State)
+		want := "Running"
+		if sb.ID == renewed.ID {
+			want = "Paused"
+		}
+		if sb.Status.State != want {
+			t.Errorf("after restart: %s is %q, want %s", sb.ID, sb.Status.State, want)
 		}
 	}
+	doError(t, s, http.MethodGet, sandboxPath(vanished.ID), nil, http.StatusNotFound, "DOCKER::SANDBOX_NOT_FOUND")
 	if got := getSandbox(t, s, "/v1", renewed.ID).ExpiresAt; got != r.ExpiresAt {
 		t.Errorf("after restart: renewed sandbox expires at %s, want %s", got, r.ExpiresAt)
 	}
@@ -71,6 +80,7 @@ func TestLifecycleRestart(t *testing.T) {
 		t.Errorf("list by patched metadata after restart: ids %v, want [%s]", ids(l.Items), manual.ID)
 	}
 
+	wantEmpty(t, s, http.MethodPost, sandboxPath(renewed.ID, "/resume"), http.StatusAccepted)
 	s.runNode(t, "lifecycle_connect.test.mjs", map[string]string{"SANDBOXD_SANDBOX_IDS": renewed.ID + "," + manual.ID})
 
 	waitReaped(t, s, short.ID, parseUTC(t, "expiresAt", short.ExpiresAt))
