@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -128,7 +127,7 @@ func (t *commandTable) killAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, c := range t.byID {
-		_ = c.proc.signal(syscall.SIGKILL)
+		_ = c.proc.kill()
 	}
 }
 
@@ -198,10 +197,10 @@ func (s *server) runStreaming(ctx context.Context, es *eventStream, id string, s
 	}
 	es.text(evInit, id)
 
-	stopKill := context.AfterFunc(ctx, func() { _ = p.signal(syscall.SIGKILL) })
+	stopKill := context.AfterFunc(ctx, func() { _ = p.kill() })
 	defer stopKill()
 	if timeout > 0 {
-		t := time.AfterFunc(timeout, func() { _ = p.signal(syscall.SIGKILL) })
+		t := time.AfterFunc(timeout, func() { _ = p.kill() })
 		defer t.Stop()
 	}
 	stopPing, pingDone := make(chan struct{}), make(chan struct{})
@@ -320,7 +319,7 @@ func (s *server) startBackground(es *eventStream, id string, spec execSpec, time
 	out := startPump(r, output.write, nil, true)
 	var timer *time.Timer
 	if timeout > 0 {
-		timer = time.AfterFunc(timeout, func() { _ = p.signal(syscall.SIGKILL) })
+		timer = time.AfterFunc(timeout, func() { _ = p.kill() })
 	}
 	go func() {
 		<-p.done

@@ -291,6 +291,21 @@ func TestInterruptForeground(t *testing.T) {
 	wantError(t, a.do(t, http.MethodDelete, "/command", nil), http.StatusBadRequest, codeMissingQuery)
 }
 
+// What a stopped command forks after the signal went out (here, in its
+// SIGTERM trap) dies with it rather than being left behind.
+func TestInterruptKillsLateChildren(t *testing.T) {
+	a := newTestAgent(t)
+	id, stream, _ := a.startStream(t, context.Background(), "/command", map[string]any{
+		"command": "trap 'sleep 300 & echo $!; exit 0' TERM; echo $$; sleep 300 & wait",
+	})
+	pidOf(t, stream)
+	if resp := a.do(t, http.MethodDelete, "/command?id="+id, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("interrupt: %s", resp.Status)
+	}
+	late := pidOf(t, stream)
+	eventually(t, "the late child to die", func() bool { return processGone(late) })
+}
+
 // A command that ignores SIGTERM gets SIGKILL after the grace period.
 func TestInterruptEscalates(t *testing.T) {
 	if testing.Short() {

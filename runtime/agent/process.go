@@ -87,9 +87,10 @@ type process struct {
 	pid  int
 	done chan struct{} // closed when the process has been reaped
 
-	mu     sync.Mutex
-	exited bool // the leader has exited: its pid may be reused once reaped
-	state  *os.ProcessState
+	mu       sync.Mutex
+	exited   bool // the leader has exited: its pid may be reused once reaped
+	stopping bool // the command is being stopped: the group dies with the leader
+	state    *os.ProcessState
 }
 
 // start runs spec.script with the given shell in a new process group.
@@ -175,6 +176,12 @@ func (p *process) wait() {
 	}
 	p.mu.Lock()
 	p.exited = true
+	if p.stopping {
+		// A process forked while the stop signal was on its way (say by a
+		// shell that traps SIGTERM) escaped it. The unreaped leader still
+		// reserves the group id, so this cannot reach an unrelated group.
+		_ = unix.Kill(-p.pid, syscall.SIGKILL)
+	}
 	p.mu.Unlock()
 	_ = p.cmd.Wait() // the exit status is in ProcessState
 	p.mu.Lock()
@@ -185,21 +192,33 @@ func (p *process) wait() {
 
 // signal sends sig to the process group while its leader runs.
 func (p *process) signal(sig syscall.Signal) error {
+	return p.send(sig, false)
+}
+
+// kill stops the command: SIGKILL to its process group, and again to
+// whatever is left of the group when the leader exits.
+func (p *process) kill() error {
+	return p.send(syscall.SIGKILL, true)
+}
+
+func (p *process) send(sig syscall.Signal, stop bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.exited {
 		return errNotRunning
 	}
+	p.stopping = p.stopping || stop
 	if err := unix.Kill(-p.pid, sig); err != nil {
 		return fmt.Errorf("signal process group %d: %w", p.pid, err)
 	}
 	return nil
 }
 
-// terminate sends SIGTERM to the process group, then SIGKILL if the leader
-// is still running after grace, and waits for it to be reaped.
+// terminate stops the command gently: SIGTERM to the process group, SIGKILL
+// if the leader is still running after grace, and SIGKILL to the rest of
+// the group when the leader exits. It returns once the leader is reaped.
 func (p *process) terminate(grace time.Duration) error {
-	if err := p.signal(syscall.SIGTERM); err != nil {
+	if err := p.send(syscall.SIGTERM, true); err != nil {
 		return err
 	}
 	t := time.NewTimer(grace)
@@ -209,7 +228,7 @@ func (p *process) terminate(grace time.Duration) error {
 		return nil
 	case <-t.C:
 	}
-	if err := p.signal(syscall.SIGKILL); err != nil && !errors.Is(err, errNotRunning) {
+	if err := p.kill(); err != nil && !errors.Is(err, errNotRunning) {
 		return err
 	}
 	<-p.done

@@ -173,7 +173,7 @@ func (p *ptySession) close() {
 	proc, evict := p.proc, p.evict
 	p.mu.Unlock()
 	if proc != nil {
-		_ = proc.signal(syscall.SIGKILL)
+		_ = proc.kill()
 	}
 	if evict != nil {
 		evict()

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -104,7 +103,7 @@ func (b *bashSession) close() {
 	defer b.mu.Unlock()
 	b.closed = true
 	if b.proc != nil {
-		_ = b.proc.signal(syscall.SIGKILL)
+		_ = b.proc.kill()
 	}
 }
 

@@ -107,7 +107,7 @@ func TestSessionTimeoutAndInterrupt(t *testing.T) {
 		t.Fatalf("timeout: exit %s, want -1", code)
 	}
 
-	_, stream, _ := a.startStream(t, context.Background(), "/session/"+id+"/run", map[string]any{"command": "echo $$; sleep 300"})
+	_, stream, _ := a.startStream(t, context.Background(), "/session/"+id+"/run", map[string]any{"command": "sleep 300 & echo $!; wait"})
 	pidOf(t, stream)
 	if n := decode[map[string]int](t, a.do(t, http.MethodGet, "/_sandboxd/activity", nil), http.StatusOK)["running"]; n != 1 {
 		t.Fatalf("activity %d, want 1", n)
