@@ -201,7 +201,11 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 		cfg.Cmd = spec.Cmd[1:]
 	}
 	pids := spec.PidsLimit
+	// An init as PID 1 reaps the orphans of commands, which the agent
+	// does not; without it zombies pile up against the pids limit.
+	withInit := true
 	host := &container.HostConfig{
+		Init:           &withInit,
 		NetworkMode:    container.NetworkMode(spec.NetworkMode),
 		CapDrop:        spec.CapDrop,
 		CapAdd:         spec.CapAdd,
