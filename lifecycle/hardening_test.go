@@ -136,3 +136,17 @@ func TestReadOnlyFilesGoThroughAgent(t *testing.T) {
 	wantCode(t, openErr(e.m, sb.ID, dir), KindInvalid, "INVALID_REQUEST_BODY") // execd's code, passed on
 	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: filepath.Join(dir, "x"), Mode: 999}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta)
 }
+
+// TestBlankLimitsKeepDefaults: a blank cpu or memory limit is no way to
+// lift the server's default limits.
+func TestBlankLimitsKeepDefaults(t *testing.T) {
+	for _, limits := range []map[string]string{
+		{"cpu": "", "memory": ""},
+		{"cpu": " ", "memory": "\t"},
+	} {
+		r, err := ParseResources(limits, "1", "2Gi")
+		if err != nil || r.NanoCPUs != 1e9 || r.MemoryBytes != 2<<30 {
+			t.Errorf("ParseResources(%q) = %+v, %v; want the defaults", limits, r, err)
+		}
+	}
+}

@@ -146,12 +146,14 @@ func ParseCPU(s string) (int64, bool) {
 }
 
 // ParseResources parses resourceLimits, falling back to the given defaults
-// for cpu and memory. Unknown keys (ephemeral-storage, ...) are ignored, as
-// Docker has nothing to apply them to; a bad value is an error naming it.
+// for cpu and memory when a limit is absent or blank (so a request cannot
+// lift the server's default limits with ""). Unknown keys
+// (ephemeral-storage, ...) are ignored, as Docker has nothing to apply them
+// to; a bad value is an error naming it.
 func ParseResources(limits map[string]string, defCPU, defMem string) (Resources, error) {
 	var r Resources
-	cpu, ok := limits["cpu"]
-	if !ok {
+	cpu := limits["cpu"]
+	if strings.TrimSpace(cpu) == "" {
 		cpu = defCPU
 	}
 	if cpu != "" {
@@ -161,8 +163,8 @@ func ParseResources(limits map[string]string, defCPU, defMem string) (Resources,
 		}
 		r.NanoCPUs = n
 	}
-	mem, ok := limits["memory"]
-	if !ok {
+	mem := limits["memory"]
+	if strings.TrimSpace(mem) == "" {
 		mem = defMem
 	}
 	if mem != "" {
