@@ -8,9 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"mime/multipart"
 	"net/http"
-	"net/textproto"
 	"strings"
 	"testing"
 	"time"
@@ -335,27 +333,7 @@ func runCommand(t testing.TB, s *Server, id, command string) string {
 // through the server proxy.
 func uploadFile(t testing.TB, s *Server, id, path, content string) {
 	t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	part := func(name, filename, ctype, data string) {
-		h := textproto.MIMEHeader{}
-		h.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q; filename=%q`, name, filename))
-		h.Set("Content-Type", ctype)
-		w, err := mw.CreatePart(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write([]byte(data))
-	}
-	meta, _ := json.Marshal(map[string]any{"path": path, "mode": 644})
-	part("metadata", "metadata", "application/json", string(meta))
-	part("file", path, "application/octet-stream", content)
-	if err := mw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	status, _, body := s.do(t, http.MethodPost, proxyPath(id, "/files/upload"), buf.Bytes(),
-		map[string]string{"Content-Type": mw.FormDataContentType()})
-	if status != http.StatusOK {
+	if status, _, body := uploadRaw(t, s, id, path, content); status != http.StatusOK {
 		t.Fatalf("upload %s to %s: status %d; body: %s", path, id, status, body)
 	}
 }
