@@ -86,9 +86,15 @@ func TestSecurityLifecycleAuth(t *testing.T) {
 					secWantError(t, rt.method+" "+target, status, hdr, body, http.StatusUnauthorized, cred.code)
 				}
 			}
-			// /metrics is served at the root only.
-			status, hdr, body := s.do(t, http.MethodGet, "/metrics", nil, cred.headers)
-			secWantError(t, "GET /metrics", status, hdr, body, http.StatusUnauthorized, cred.code)
+			// Served at the root only.
+			for _, p := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/goroutine"} {
+				target := p
+				if cred.query != nil {
+					target += "?" + cred.query.Encode()
+				}
+				status, hdr, body := s.do(t, http.MethodGet, target, nil, cred.headers)
+				secWantError(t, "GET "+target, status, hdr, body, http.StatusUnauthorized, cred.code)
+			}
 		})
 	}
 

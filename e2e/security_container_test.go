@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -144,6 +145,36 @@ func TestSecurityContainerHardening(t *testing.T) {
 	// Control: the shell does report success.
 	if _, code := box.secShell(t, "true"); code != 0 {
 		t.Fatalf("true: exit %d", code)
+	}
+
+	// sandboxd listens on the host's loopback, which the sandbox cannot
+	// reach through its gateway; a listener on the gateway address shows
+	// the path itself works.
+	gw := ctr.NetworkSettings.Gateway
+	if gw == "" {
+		t.Fatalf("the sandbox has no gateway on the default network: %+v", ctr.NetworkSettings)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(gw, "0"))
+	if err != nil {
+		t.Fatalf("listen on the gateway %s: %v", gw, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, ctl, _ := net.SplitHostPort(ln.Addr().String())
+	_, port, _ := net.SplitHostPort(s.Addr)
+	if _, code := box.secShell(t, "nc -w 10 "+gw+" "+ctl+" </dev/null"); code != 0 {
+		t.Fatalf("control: the sandbox cannot reach a listener on its gateway %s:%s (exit %d)", gw, ctl, code)
+	}
+	if _, code := box.secShell(t, "nc -w 10 "+gw+" "+port+" </dev/null"); code == 0 {
+		t.Errorf("the sandbox reaches sandboxd's port %s on its gateway %s", port, gw)
 	}
 }
 
