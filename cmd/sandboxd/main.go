@@ -48,7 +48,7 @@ func main() {
 		fmt.Println("sandboxd", version)
 	case "agent":
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		err = agent.Run(context.Background(), os.Stdin, os.Stdout, log)
+		err = agent.Main(context.Background(), args, log)
 	default:
 		err = fmt.Errorf("unknown command %q (commands: serve, init-config, version, agent)", cmd)
 	}

@@ -186,14 +186,15 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Run is the `sandboxd agent` entry point: it serves the execd API over
-// yamux on stdin and stdout until stdin reaches EOF or ctx is done.
-// Background commands keep running after it returns.
+// Run serves the execd API over yamux on stdin and stdout until stdin
+// reaches EOF or ctx is done, with state of its own that ends with it
+// (background commands keep running, unobserved). Main falls back to it
+// when the agent daemon cannot be reached.
 func Run(ctx context.Context, stdin io.Reader, stdout io.Writer, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	sess, err := yamux.Server(stdioConn{stdin, stdout}, yamuxConfig(logger))
+	sess, err := yamux.Server(framed(stdioConn{stdin, stdout}), yamuxConfig(logger))
 	if err != nil {
 		return fmt.Errorf("agent: start yamux server: %w", err)
 	}

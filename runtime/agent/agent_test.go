@@ -27,6 +27,17 @@ type pipeConn struct {
 // its stdin and stdout, and dials it from the other.
 func startAgent(t testing.TB) (*Client, <-chan error, func()) {
 	t.Helper()
+	return dialPipes(t, func(stdin io.Reader, stdout io.Writer) error {
+		return Run(context.Background(), stdin, stdout, slog.New(slog.DiscardHandler))
+	})
+}
+
+// dialPipes runs agent on one end of two pipes, as Docker runs `sandboxd
+// agent` on the exec's stdin and stdout, and dials it from the other. It
+// returns the client, what agent returned, and the function that ends the
+// exec's stdin.
+func dialPipes(t testing.TB, agent func(stdin io.Reader, stdout io.Writer) error) (*Client, <-chan error, func()) {
+	t.Helper()
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -37,8 +48,9 @@ func startAgent(t testing.TB) (*Client, <-chan error, func()) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(context.Background(), inR, outW, slog.New(slog.DiscardHandler))
+		done <- agent(inR, outW)
 		outW.Close()
+		inR.Close()
 	}()
 	c, err := Dial(pipeConn{outR, inW})
 	if err != nil {
@@ -140,22 +152,54 @@ func TestRunStopsWithContext(t *testing.T) {
 	}
 }
 
-// BenchmarkCommandRoundTrip measures one `true` command through Dial, yamux
-// and the agent: fork, exec and the event stream.
-func BenchmarkCommandRoundTrip(b *testing.B) {
-	c, _, _ := startAgent(b)
-	hc := &http.Client{Transport: c.Transport()}
-	body, _ := json.Marshal(map[string]string{"command": "true"})
-	b.ResetTimer()
-	for b.Loop() {
-		resp, err := hc.Post("http://agent/command", "application/json", bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if !bytes.Contains(out, []byte(evComplete)) {
-			b.Fatalf("stream %q", out)
+// BenchmarkRoundTrip measures requests through Dial, yamux and the agent,
+// served directly on the exec's stdio (Run) or through the bridge to a
+// daemon (attach): a ping, and a `true` command (fork, exec and the event
+// stream).
+func BenchmarkRoundTrip(b *testing.B) {
+	transports := []struct {
+		name  string
+		start func(testing.TB) *Client
+	}{
+		{"direct", func(tb testing.TB) *Client {
+			c, _, _ := startAgent(tb)
+			return c
+		}},
+		{"bridged", func(tb testing.TB) *Client {
+			ds := &daemons{t: tb}
+			name := testSocket()
+			c, _, _ := dialPipes(tb, func(stdin io.Reader, stdout io.Writer) error {
+				return attach(context.Background(), name, ds.spawn, stdin, stdout, slog.New(slog.DiscardHandler))
+			})
+			return c
+		}},
+	}
+	command, _ := json.Marshal(map[string]string{"command": "true"})
+	requests := []struct {
+		name, method, path string
+		body               []byte
+		want               string // in the response body
+	}{
+		{"ping", http.MethodGet, "/ping", nil, ""},
+		{"true", http.MethodPost, "/command", command, evComplete},
+	}
+	for _, req := range requests {
+		for _, tr := range transports {
+			b.Run(req.name+"/"+tr.name, func(b *testing.B) {
+				hc := &http.Client{Transport: tr.start(b).Transport()}
+				for b.Loop() {
+					r, _ := http.NewRequest(req.method, "http://agent"+req.path, bytes.NewReader(req.body))
+					resp, err := hc.Do(r)
+					if err != nil {
+						b.Fatal(err)
+					}
+					out, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK || !bytes.Contains(out, []byte(req.want)) {
+						b.Fatalf("%s: %q", resp.Status, out)
+					}
+				}
+			})
 		}
 	}
 }
