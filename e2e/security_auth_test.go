@@ -47,7 +47,8 @@ func secLifecycleCredentials(apiKey, sandboxToken string) []secCredential {
 // that nothing changed: no container made, the sandbox still running with
 // its metadata and expiry, no snapshot taken.
 func TestSecurityLifecycleAuth(t *testing.T) {
-	s := startServer(t)
+	second := randomHex(t, 24)
+	s := startServer(t, withTOML(fmt.Sprintf("[server]\napi_keys = [%q]\n", second)))
 	box := newExecdBox(t, s, busyboxWith(map[string]any{"metadata": map[string]string{"team": "a"}}))
 	id := box.ID
 	before := getSandbox(t, s, "/v1", id)
@@ -102,6 +103,12 @@ func TestSecurityLifecycleAuth(t *testing.T) {
 	// refusals above are about the credentials.
 	s.doJSON(t, http.MethodGet, "/v1/sandboxes?"+url.Values{"api_key": {s.APIKey}}.Encode(), nil, http.StatusOK, nil)
 	s.doJSON(t, http.MethodGet, "/sandboxes/"+id+"/endpoints/"+execdPort, nil, http.StatusOK, nil)
+	// A second key (rotation) opens the API too; a near miss of it does not.
+	if status, _, body := s.do(t, http.MethodGet, "/v1/sandboxes", nil, map[string]string{apiKeyHeader: second}); status != http.StatusOK {
+		t.Errorf("the second key from api_keys: status %d, body %s", status, body)
+	}
+	status, hdr, body := s.do(t, http.MethodGet, "/v1/sandboxes", nil, map[string]string{apiKeyHeader: second + "0"})
+	secWantError(t, "a near miss of the second key", status, hdr, body, http.StatusUnauthorized, "INVALID_API_KEY")
 
 	// Nothing changed.
 	if n := secInstanceContainers(t, s); n != 1 {

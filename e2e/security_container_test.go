@@ -345,3 +345,37 @@ func TestSecurityHardeningExtensions(t *testing.T) {
 		t.Errorf("%d containers after the refused creates, want 1", n)
 	}
 }
+
+// TestSecurityNetworkDeny: a sandbox created with networkPolicy deny-all
+// has no network at all, so it reaches neither the host nor another
+// sandbox, while a default (bridge) sandbox reaches both.
+func TestSecurityNetworkDeny(t *testing.T) {
+	s := startServer(t)
+	open := newExecdBox(t, s, busyboxRequest())
+	closed := newExecdBox(t, s, busyboxWith(map[string]any{"networkPolicy": map[string]any{"defaultAction": "deny"}}))
+
+	if mode := sandboxContainer(t, closed.ID).HostConfig.NetworkMode; mode != "none" {
+		t.Errorf("deny-all sandbox has network mode %q, want none", mode)
+	}
+	openIP := sandboxContainer(t, open.ID).NetworkSettings.IPAddress
+	if openIP == "" {
+		t.Fatal("the bridge sandbox has no IP address")
+	}
+	open.run(t, map[string]any{"command": "while true; do echo hi | nc -l -p 9999; done", "background": true})
+	waitUntil(t, stateWait, "the listener in the bridge sandbox", func() bool {
+		_, code := open.secShell(t, "nc -w 5 127.0.0.1 9999 </dev/null")
+		return code == 0
+	})
+
+	// Control: another bridge sandbox does reach it (Docker's default).
+	other := newExecdBox(t, s, busyboxRequest())
+	if out, code := other.secShell(t, "nc -w 10 "+openIP+" 9999 </dev/null"); code != 0 || out != "hi" {
+		t.Fatalf("control: a bridge sandbox cannot reach another (%q, exit %d)", out, code)
+	}
+	if out, code := closed.secShell(t, "nc -w 10 "+openIP+" 9999 </dev/null"); code == 0 {
+		t.Errorf("the deny-all sandbox reached another sandbox: %q", out)
+	}
+	if out, _ := closed.secShell(t, "ip -o addr | grep -v ' lo ' || true"); out != "" {
+		t.Errorf("the deny-all sandbox has interfaces besides lo: %q", out)
+	}
+}
