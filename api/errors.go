@@ -64,8 +64,8 @@ var kindStatus = map[lifecycle.Kind]int{
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e, ok := lifecycle.AsError(err)
 	if !ok {
-		s.log.Error("unexpected error", "request_id", requestID(r.Context()), "path", r.URL.Path, "err", err)
-		writeError(w, r, http.StatusInternalServerError, lifecycle.CodeGeneral, "internal error; see the server log for request "+requestID(r.Context()))
+		s.log.Error("unexpected error", "request_id", lifecycle.RequestID(r.Context()), "path", r.URL.Path, "err", err)
+		writeError(w, r, http.StatusInternalServerError, lifecycle.CodeGeneral, "internal error; see the server log for request "+lifecycle.RequestID(r.Context()))
 		return
 	}
 	if e.Kind == lifecycle.KindUnprocessable {
@@ -74,7 +74,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	status := kindStatus[e.Kind]
 	if status >= 500 {
-		s.log.Error("request failed", "request_id", requestID(r.Context()), "path", r.URL.Path, "code", e.Code, "err", err)
+		s.log.Error("request failed", "request_id", lifecycle.RequestID(r.Context()), "path", r.URL.Path, "code", e.Code, "err", err)
 	}
 	writeError(w, r, status, e.Code, e.Message)
 }

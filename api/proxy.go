@@ -72,7 +72,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 		Transport:     transport,
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			s.log.Warn("proxy to sandbox failed", "request_id", requestID(r.Context()), "sandbox_id", id, "port", port, "err", err)
+			s.log.Warn("proxy to sandbox failed", "request_id", lifecycle.RequestID(r.Context()), "sandbox_id", id, "port", port, "err", err)
 			writeError(w, r, http.StatusBadGateway, lifecycle.CodeGeneral, fmt.Sprintf("Could not reach port %d in sandbox %s: %v", port, id, err))
 		},
 	}

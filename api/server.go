@@ -101,7 +101,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id = newRequestID()
 	}
 	w.Header().Set(headerRequestID, id)
-	r = r.WithContext(withRequestID(r.Context(), id))
+	// lifecycle names the request in what it logs while serving it.
+	r = r.WithContext(lifecycle.WithRequestID(r.Context(), id))
 	rec := &statusRecorder{ResponseWriter: w}
 	start := time.Now()
 	defer func() {
@@ -234,18 +235,6 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleDiagnosticsNotImplemented(w http.ResponseWriter, r *http.Request) {
 	writeError(w, r, http.StatusNotImplemented, lifecycle.CodeDiagnosticsNotImpl, "Only diagnostics/logs is implemented by sandboxd.")
-}
-
-type ctxKey struct{}
-
-func withRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, ctxKey{}, id)
-}
-
-// requestID returns the request's id for logs.
-func requestID(ctx context.Context) string {
-	id, _ := ctx.Value(ctxKey{}).(string)
-	return id
 }
 
 func newRequestID() string {

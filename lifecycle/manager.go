@@ -91,7 +91,7 @@ func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) 
 		return nil, err
 	}
 	m := &Manager{
-		cfg: cfg, rt: rt, store: store, log: log, instance: instance, tokenKey: key,
+		cfg: cfg, rt: rt, store: store, log: slog.New(requestIDHandler{log.Handler()}), instance: instance, tokenKey: key,
 		now: time.Now, activity: map[string]time.Time{}, metrics: newMetrics(),
 	}
 	if err := m.initPools(); err != nil {
@@ -375,8 +375,9 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 	log := m.log.With("sandbox_id", id)
 	start := m.now()
 	if err := m.rt.EnsureImage(ctx, p.spec.Image, p.auth, p.spec.Platform, func(line string) {
-		log.Info("pulling image", "image", p.spec.Image, "progress", line)
+		log.InfoContext(ctx, "pulling image", "image", p.spec.Image, "progress", line)
 	}); err != nil {
+		m.metrics.CreateFailures.Add(1)
 		if e, ok := AsError(m.engineError(err, "")); ok && e.Kind == KindUnavailable {
 			return nil, e
 		}
@@ -387,7 +388,7 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 	}
 	fail := func(err error, what string) (*Sandbox, error) {
 		m.metrics.CreateFailures.Add(1)
-		log.Error("create failed", "step", what, "err", err)
+		log.ErrorContext(ctx, "create failed", "step", what, "err", err)
 		m.destroy(context.WithoutCancel(ctx), &p.rec, p.rec.ContainerID)
 		if e, ok := AsError(m.engineError(err, what)); ok && e.Kind == KindUnavailable {
 			return nil, e
@@ -416,7 +417,7 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 	}()
 	m.metrics.Creates.Add(1)
 	m.metrics.CreateSeconds.Observe(m.now().Sub(start))
-	log.Info("sandbox created", "image", p.spec.Image, "container", cid[:12], "duration_ms", m.now().Sub(start).Milliseconds())
+	log.InfoContext(ctx, "sandbox created", "image", p.spec.Image, "container", cid[:12], "duration_ms", m.now().Sub(start).Milliseconds())
 	sb := m.view(&p.rec, nil)
 	sb.Status = Status{State: "Running", Reason: "CONTAINER_RUNNING", Message: "Sandbox container started successfully.", LastTransitionAt: p.rec.CreatedAt}
 	return sb, nil
@@ -521,7 +522,7 @@ func (m *Manager) Get(ctx context.Context, id string) (*Sandbox, error) {
 func (m *Manager) inspect(ctx context.Context, rec *Record) (runtime.Container, error) {
 	c, err := m.rt.Inspect(ctx, rec.ContainerID)
 	if errors.Is(err, runtime.ErrNotFound) {
-		m.log.Warn("sandbox container vanished; forgetting sandbox", "sandbox_id", rec.ID)
+		m.log.WarnContext(ctx, "sandbox container vanished; forgetting sandbox", "sandbox_id", rec.ID)
 		_ = m.destroy(ctx, rec, rec.ContainerID)
 		return c, notFound(rec.ID)
 	}
@@ -594,7 +595,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		return &Error{Kind: KindInternal, Code: CodeDeleteFailed, Message: "delete sandbox " + id, Err: m.engineError(err, "delete")}
 	}
 	m.metrics.Deletes.Add(1)
-	m.log.Info("sandbox deleted", "sandbox_id", id)
+	m.log.InfoContext(ctx, "sandbox deleted", "sandbox_id", id)
 	return nil
 }
 
@@ -723,7 +724,7 @@ func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time
 	}
 	m.Touch(id)
 	exp := wireTime(*m.deadline(rec))
-	m.log.Info("sandbox renewed", "sandbox_id", id, "expires_at", exp)
+	m.log.InfoContext(ctx, "sandbox renewed", "sandbox_id", id, "expires_at", exp)
 	return exp, nil
 }
 

@@ -318,7 +318,7 @@ func (m *Manager) claim(ctx context.Context, p *createPlan) (*Sandbox, error) {
 		// A cached session answers without a Docker call; a member that
 		// died since the last check fails here and is replaced.
 		if _, err := m.rt.Agent(ctx, mem.cid); err != nil {
-			m.log.Warn("pool member unusable; trying the next", "pool", p.fromPool, "sandbox_id", mem.id, "err", err)
+			m.log.WarnContext(ctx, "pool member unusable; trying the next", "pool", p.fromPool, "sandbox_id", mem.id, "err", err)
 			m.removeMember(ctx, mem.cid)
 			continue
 		}
@@ -330,7 +330,7 @@ func (m *Manager) claim(ctx context.Context, p *createPlan) (*Sandbox, error) {
 		}
 		m.metrics.Creates.Add(1)
 		m.metrics.CreateSeconds.Observe(m.now().Sub(start))
-		m.log.Info("sandbox created from pool", "sandbox_id", rec.ID, "pool", p.fromPool, "container", mem.cid[:12])
+		m.log.InfoContext(ctx, "sandbox created from pool", "sandbox_id", rec.ID, "pool", p.fromPool, "container", mem.cid[:12])
 		sb := m.view(&rec, nil)
 		sb.Status = Status{State: "Running", Reason: "CONTAINER_RUNNING", Message: "Sandbox container started successfully.", LastTransitionAt: rec.CreatedAt}
 		return sb, nil

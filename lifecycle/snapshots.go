@@ -53,7 +53,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, sandboxID, name string) (*
 		err := m.rt.Commit(cctx, rec.ContainerID, snap.Image)
 		m.settleSnapshot(snap.ID, err, "snapshot_runtime")
 	}()
-	m.log.Info("snapshot started", "sandbox_id", sandboxID, "snapshot_id", snap.ID)
+	m.log.InfoContext(ctx, "snapshot started", "sandbox_id", sandboxID, "snapshot_id", snap.ID)
 	return snapshotView(snap), nil
 }
 
