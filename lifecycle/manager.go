@@ -173,7 +173,7 @@ type createPlan struct {
 	rec      Record
 	spec     runtime.Spec
 	auth     *runtime.RegistryAuth
-	managed  []string
+	volumes  *preparedVolumes
 	fromPool string
 }
 
@@ -272,16 +272,17 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if err != nil {
 		return nil, err
 	}
-	mounts, managed, err := m.prepareVolumes(ctx, req.Volumes)
+	pv, err := m.prepareVolumes(ctx, req.Volumes)
 	if err != nil {
 		return nil, err
 	}
+	p.volumes = pv
 	id := newID()
 	now := wireTime(m.now())
 	p.rec = Record{
 		ID: id, State: recordCreating, CreatedAt: now, Metadata: req.Metadata,
 		Image: image, SnapshotID: req.SnapshotID, Platform: platform,
-		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: managed,
+		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: pv.managed,
 		IdleTimeout: int(m.cfg.Lifecycle.IdleTimeout.Seconds()), LastActivity: now,
 		ReadOnlyRootfs: hard.readOnlyRootfs,
 	}
@@ -310,7 +311,7 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if renew > 0 {
 		labels[LabelRenewExtend] = strconv.Itoa(renew)
 	}
-	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, network, mounts, hard)
+	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, network, pv.mounts, hard)
 	if platform != nil {
 		p.spec.Platform = platform.OS + "/" + platform.Arch
 	}
@@ -378,18 +379,21 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 		log.InfoContext(ctx, "pulling image", "image", p.spec.Image, "progress", line)
 	}); err != nil {
 		m.metrics.CreateFailures.Add(1)
+		m.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
 		if e, ok := AsError(m.engineError(err, "")); ok && e.Kind == KindUnavailable {
 			return nil, e
 		}
 		return nil, &Error{Kind: KindInternal, Code: CodeImagePullFailed, Message: fmt.Sprintf("image %s is not available and could not be pulled: %v", p.spec.Image, err), Err: err}
 	}
 	if err := m.store.PutSandbox(&p.rec); err != nil {
+		m.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
 		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: "record sandbox", Err: err}
 	}
 	fail := func(err error, what string) (*Sandbox, error) {
 		m.metrics.CreateFailures.Add(1)
 		log.ErrorContext(ctx, "create failed", "step", what, "err", err)
 		m.destroy(context.WithoutCancel(ctx), &p.rec, p.rec.ContainerID)
+		m.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
 		if e, ok := AsError(m.engineError(err, what)); ok && e.Kind == KindUnavailable {
 			return nil, e
 		}
@@ -497,6 +501,10 @@ func (m *Manager) view(rec *Record, c *runtime.Container) *Sandbox {
 		sb.Status = Status{"Pending", "CONTAINER_STARTING", "Sandbox is being created.", rec.CreatedAt}
 	case c != nil:
 		sb.Status = status(c)
+		if c.FinishedAt.IsZero() {
+			// Docker's list has the creation time in whole seconds only.
+			sb.Status.LastTransitionAt = rec.CreatedAt
+		}
 	}
 	return sb
 }

@@ -105,51 +105,77 @@ func (m *Manager) checkHostPath(name, p string) (string, error) {
 	return resolved, nil
 }
 
-// prepareVolumes validates the requested volumes and returns the mounts and
-// the named volumes to delete with the sandbox.
-func (m *Manager) prepareVolumes(ctx context.Context, vols []Volume) ([]runtime.Mount, []string, error) {
+// preparedVolumes are the mounts of a create request.
+type preparedVolumes struct {
+	mounts  []runtime.Mount
+	managed []string // named volumes to delete with the sandbox
+	created []string // named volumes this request created: removed if the create fails
+}
+
+// prepareVolumes validates the requested volumes, creating named volumes as
+// needed. On error it removes the volumes it created.
+func (m *Manager) prepareVolumes(ctx context.Context, vols []Volume) (*preparedVolumes, error) {
+	pv := &preparedVolumes{}
+	if err := m.addVolumes(ctx, vols, pv); err != nil {
+		m.removeVolumes(context.WithoutCancel(ctx), pv.created)
+		return nil, err
+	}
+	return pv, nil
+}
+
+// removeVolumes removes named volumes, logging failures.
+func (m *Manager) removeVolumes(ctx context.Context, names []string) {
+	for _, v := range names {
+		if err := m.rt.RemoveVolume(ctx, v); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			m.log.Warn("remove named volume", "volume", v, "err", err)
+		}
+	}
+}
+
+func (m *Manager) addVolumes(ctx context.Context, vols []Volume, pv *preparedVolumes) error {
 	seen := map[string]bool{}
 	for _, v := range vols {
 		if err := validateVolumeShape(v, seen); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
-	var mounts []runtime.Mount
-	var managed []string
 	for _, v := range vols {
 		switch {
 		case v.Host != nil:
 			src, err := m.checkHostPath(v.Name, v.Host.Path)
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
 			if v.SubPath != "" {
 				src, err = m.checkHostPath(v.Name, filepath.Join(src, v.SubPath))
 				if err != nil {
-					return nil, nil, err
+					return err
 				}
 			}
-			mounts = append(mounts, runtime.Mount{Type: "bind", Source: src, Target: v.MountPath, ReadOnly: v.ReadOnly})
+			pv.mounts = append(pv.mounts, runtime.Mount{Type: "bind", Source: src, Target: v.MountPath, ReadOnly: v.ReadOnly})
 		case v.PVC != nil:
 			name := v.PVC.ClaimName
 			create := v.PVC.CreateIfNotExists == nil || *v.PVC.CreateIfNotExists
 			allowedExisting := slices.Contains(m.cfg.Storage.AllowedVolumes, name)
 			created, labels, err := m.rt.EnsureVolume(ctx, name, create, map[string]string{LabelVolumeManaged: "server", LabelInstance: m.instance})
 			if errors.Is(err, runtime.ErrNotFound) {
-				return nil, nil, errf(KindInvalid, CodeVolPVCNotFound, "volume %q: named volume %q does not exist", v.Name, name)
+				return errf(KindInvalid, CodeVolPVCNotFound, "volume %q: named volume %q does not exist", v.Name, name)
 			}
 			if err != nil {
-				return nil, nil, m.engineError(err, "prepare volume")
+				return m.engineError(err, "prepare volume")
+			}
+			if created {
+				pv.created = append(pv.created, name)
 			}
 			owned := created || labels[LabelVolumeManaged] == "server"
 			if !owned && !allowedExisting {
-				return nil, nil, errf(KindInvalid, CodeVolPVCNotAllowed, "volume %q: existing named volume %q was not created by sandboxd; list it in [storage] allowed_volumes to allow it", v.Name, name)
+				return errf(KindInvalid, CodeVolPVCNotAllowed, "volume %q: existing named volume %q was not created by sandboxd; list it in [storage] allowed_volumes to allow it", v.Name, name)
 			}
 			if v.PVC.DeleteOnSandboxTermination && owned {
-				managed = append(managed, name)
+				pv.managed = append(pv.managed, name)
 			}
-			mounts = append(mounts, runtime.Mount{Type: "volume", Source: name, Target: v.MountPath, ReadOnly: v.ReadOnly, SubPath: v.SubPath})
+			pv.mounts = append(pv.mounts, runtime.Mount{Type: "volume", Source: name, Target: v.MountPath, ReadOnly: v.ReadOnly, SubPath: v.SubPath})
 		}
 	}
-	return mounts, managed, nil
+	return nil
 }

@@ -158,7 +158,7 @@ func TestPrepareVolumes(t *testing.T) {
 			for name, labels := range tt.existing {
 				e.rt.volumes[name] = labels
 			}
-			mounts, managed, err := e.m.prepareVolumes(context.Background(), tt.vols)
+			pv, err := e.m.prepareVolumes(context.Background(), tt.vols)
 			if tt.code != "" {
 				wantCode(t, err, KindInvalid, tt.code)
 				if _, ok := e.rt.volumes["early"]; ok {
@@ -169,6 +169,7 @@ func TestPrepareVolumes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			mounts, managed := pv.mounts, pv.managed
 			if !equalMounts(mounts, tt.wantMounts) {
 				t.Errorf("mounts = %+v, want %+v", mounts, tt.wantMounts)
 			}
