@@ -233,7 +233,7 @@ func TestSecurityProxyStripsCredentials(t *testing.T) {
 		"Authorization":  "Bearer bearer-secret-2",
 		"X-Probe":        "probe-value-3",
 	}
-	waitUntil(t, stateWait, "the listener in the sandbox to answer", func() bool {
+	waitUntil(t, secWait, "the listener in the sandbox to answer", func() bool {
 		status, _, body := s.do(t, http.MethodGet, "/sandboxes/"+box.ID+"/proxy/8081/hello", nil, secrets)
 		if status != http.StatusOK && status != http.StatusBadGateway {
 			t.Fatalf("proxy to port 8081: status %d, body %s", status, body)
@@ -241,7 +241,7 @@ func TestSecurityProxyStripsCredentials(t *testing.T) {
 		return status == http.StatusOK
 	})
 	var got string
-	waitUntil(t, stateWait, "the listener to write the request", func() bool {
+	waitUntil(t, secWait, "the listener to write the request", func() bool {
 		got, _ = box.secShell(t, "cat /tmp/request.txt; echo; echo END")
 		return strings.Contains(got, "probe-value-3") && strings.HasSuffix(got, "END")
 	})

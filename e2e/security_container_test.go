@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net"
 	"net/http"
@@ -178,21 +179,30 @@ func TestSecurityContainerHardening(t *testing.T) {
 	}
 }
 
+// secBombPids is the pids limit of the fork bomb test: lower than the
+// default (checked in TestSecurityContainerHardening) so that a loaded CI
+// machine reaches it quickly.
+const secBombPids = 512
+
 // TestSecurityForkBomb runs a fork bomb in one sandbox and checks that the
 // pids limit stops it (the kernel refused forks; the count never passes
 // the limit) while sandboxd and another sandbox keep answering.
 func TestSecurityForkBomb(t *testing.T) {
-	s := startServer(t)
-	bomb := newExecdBox(t, s, busyboxWith(map[string]any{"resourceLimits": map[string]string{"cpu": "1", "memory": "1Gi"}}))
+	s := startServer(t, withTOML(fmt.Sprintf("[docker]\npids_limit = %d\n", secBombPids)))
+	bomb := newExecdBox(t, s, busyboxRequest())
 	witness := newExecdBox(t, s, busyboxRequest())
-	cid := sandboxContainer(t, bomb.ID).ID
+	ctr := sandboxContainer(t, bomb.ID)
+	if ctr.HostConfig.PidsLimit == nil || *ctr.HostConfig.PidsLimit != secBombPids {
+		t.Fatalf("PidsLimit %v, want the configured %d", ctr.HostConfig.PidsLimit, secBombPids)
+	}
+	cid := ctr.ID
 
 	bomb.run(t, map[string]any{"command": "b(){ b | b & }; b", "background": true})
-	waitUntil(t, stateWait, "the pids limit to refuse a fork", func() bool {
+	waitUntil(t, secWait, "the pids limit to refuse a fork", func() bool {
 		return secCgroupValue(t, cid, "pids", []string{"pids.events"}, "max") > 0
 	})
-	if cur := secPidsCurrent(t, cid); cur > secDefaultPids {
-		t.Errorf("the sandbox has %d tasks, above its pids limit %d", cur, secDefaultPids)
+	if cur := secPidsCurrent(t, cid); cur > secBombPids {
+		t.Errorf("the sandbox has %d tasks, above its pids limit %d", cur, secBombPids)
 	}
 
 	// While the bomb is still going: sandboxd and the other sandbox answer.
@@ -225,8 +235,8 @@ func secPidsCurrent(t *testing.T, cid string) int64 {
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatalf("decode stats of %s: %v", cid, err)
 	}
-	if st.PidsStats.Limit != 0 && st.PidsStats.Limit != secDefaultPids {
-		t.Errorf("stats pids limit %d, want %d", st.PidsStats.Limit, secDefaultPids)
+	if st.PidsStats.Limit != 0 && st.PidsStats.Limit != secBombPids {
+		t.Errorf("stats pids limit %d, want %d", st.PidsStats.Limit, secBombPids)
 	}
 	return int64(st.PidsStats.Current)
 }
@@ -362,7 +372,7 @@ func TestSecurityNetworkDeny(t *testing.T) {
 		t.Fatal("the bridge sandbox has no IP address")
 	}
 	open.run(t, map[string]any{"command": "while true; do echo hi | nc -l -p 9999; done", "background": true})
-	waitUntil(t, stateWait, "the listener in the bridge sandbox", func() bool {
+	waitUntil(t, secWait, "the listener in the bridge sandbox", func() bool {
 		_, code := open.secShell(t, "nc -w 5 127.0.0.1 9999 </dev/null")
 		return code == 0
 	})

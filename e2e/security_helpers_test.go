@@ -13,7 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
+
+// secWait bounds the waits of the security tests: generous, because CI
+// machines are loaded and a bound only stops a test that would hang.
+const secWait = 5 * time.Minute
 
 // secCapabilities is the documented capability set of a sandbox (config's
 // default [docker] add_capabilities, SECURITY.md), with each capability's
