@@ -157,8 +157,13 @@ func spawnDaemon(ln *net.UnixListener) error {
 		return fmt.Errorf("agent socket: %w", err)
 	}
 	defer f.Close()
+	// Not /proc/self/exe, which would name the daemon "exe" for ps and pkill.
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("locate own binary: %w", err)
+	}
 	cmd := &exec.Cmd{
-		Path:        "/proc/self/exe",
+		Path:        exe,
 		Args:        []string{os.Args[0], "agent", daemonFlag},
 		ExtraFiles:  []*os.File{f}, // becomes listenerFD
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},

@@ -2,10 +2,27 @@
 // (`sandboxd agent`). It serves the execd HTTP API natively: commands as
 // process groups, bash sessions, PTYs, files, metrics and a reverse proxy to
 // ports inside the sandbox. It listens on no port: HTTP travels over yamux
-// streams multiplexed on the agent's stdin and stdout, which sandboxd
-// attaches with one Docker exec (Run on the agent's side, Dial on
-// sandboxd's). It needs nothing from the image: no shell for the file API,
-// no writable filesystem, no network.
+// streams multiplexed on the stdin and stdout of one Docker exec that
+// sandboxd attaches (Dial on sandboxd's side). It needs nothing from the
+// image: no shell for the file API, no writable filesystem, no network.
+//
+// # The agent daemon
+//
+// The API is served by a daemon that outlives the exec, so that background
+// commands, their output, bash sessions, PTYs and the activity count survive
+// a restart or crash of sandboxd. The exec'd `sandboxd agent` (Main) only
+// bridges its stdin and stdout to the daemon's abstract unix socket
+// "@sandboxd-agent-v1", private to the sandbox's network namespace; if no
+// daemon listens, it binds the socket itself (the bind is the lock between
+// concurrent starters) and hands it to `sandboxd agent --daemon`, started in
+// its own session with nothing of the exec. Every connection is a yamux
+// session on the same state. When a connection ends, its requests end, and
+// with them its foreground commands; everything else runs on. The daemon
+// serves only processes of its own uid, and the bridge only a socket made by
+// its own uid, since commands may run as other users. If the daemon is
+// killed its state is lost, and the next exec starts a new one. If no daemon
+// can be reached, `sandboxd agent` serves its connection itself (Run), with
+// state that ends with the connection.
 //
 // # Differences from upstream execd
 //
