@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -171,6 +172,32 @@ func (c *commandStream) Next() (execdEvent, error) {
 	}
 }
 
+// readAll reads the stream to its end and returns its events.
+func (c *commandStream) readAll() (execdRun, error) {
+	var run execdRun
+	for {
+		ev, err := c.Next()
+		if errors.Is(err, io.EOF) {
+			return run, nil
+		}
+		if err != nil {
+			return run, err
+		}
+		run.Events = append(run.Events, ev)
+		switch ev.Type {
+		case "stdout":
+			run.Stdout = append(run.Stdout, ev.Text)
+		case "stderr":
+			run.Stderr = append(run.Stderr, ev.Text)
+		}
+	}
+}
+
+// parseEvents reads a whole command stream.
+func parseEvents(body []byte) (execdRun, error) {
+	return (&commandStream{r: bufio.NewReader(bytes.NewReader(body))}).readAll()
+}
+
 // until reads events until one of type typ and returns it.
 func (c *commandStream) until(t testing.TB, typ string) execdEvent {
 	t.Helper()
@@ -224,6 +251,11 @@ func request(ctx context.Context, c *http.Client, s *Server, method, path, conte
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	return doRequest(c, req)
+}
+
+// doRequest sends req and reads the whole response.
+func doRequest(c *http.Client, req *http.Request) (int, []byte, error) {
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, nil, err

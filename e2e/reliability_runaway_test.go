@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"errors"
-	"io"
 	"testing"
 	"time"
 )
@@ -84,18 +82,9 @@ func TestReliabilityRunawayWork(t *testing.T) {
 // drain reads a command stream to its end and returns its events.
 func drain(t *testing.T, cs *commandStream) execdRun {
 	t.Helper()
-	var run execdRun
-	for {
-		ev, err := cs.Next()
-		if errors.Is(err, io.EOF) {
-			return run
-		}
-		if err != nil {
-			t.Fatalf("read command stream: %v", err)
-		}
-		run.Events = append(run.Events, ev)
-		if ev.Type == "stdout" {
-			run.Stdout = append(run.Stdout, ev.Text)
-		}
+	run, err := cs.readAll()
+	if err != nil {
+		t.Fatalf("read command stream: %v", err)
 	}
+	return run
 }
