@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
 )
 
 // secDefaultMemory and secDefaultPids are the documented defaults.
@@ -151,9 +152,9 @@ func TestSecurityContainerHardening(t *testing.T) {
 	// sandboxd listens on the host's loopback, which the sandbox cannot
 	// reach through its gateway; a listener on the gateway address shows
 	// the path itself works.
-	gw := ctr.NetworkSettings.Gateway
+	gw := secBridge(t, ctr).Gateway
 	if gw == "" {
-		t.Fatalf("the sandbox has no gateway on the default network: %+v", ctr.NetworkSettings)
+		t.Fatal("the sandbox has no gateway on the bridge network")
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(gw, "0"))
 	if err != nil {
@@ -367,7 +368,7 @@ func TestSecurityNetworkDeny(t *testing.T) {
 	if mode := sandboxContainer(t, closed.ID).HostConfig.NetworkMode; mode != "none" {
 		t.Errorf("deny-all sandbox has network mode %q, want none", mode)
 	}
-	openIP := sandboxContainer(t, open.ID).NetworkSettings.IPAddress
+	openIP := secBridge(t, sandboxContainer(t, open.ID)).IPAddress
 	if openIP == "" {
 		t.Fatal("the bridge sandbox has no IP address")
 	}
@@ -388,4 +389,13 @@ func TestSecurityNetworkDeny(t *testing.T) {
 	if out, _ := closed.secShell(t, "ip -o addr | grep -v ' lo ' || true"); out != "" {
 		t.Errorf("the deny-all sandbox has interfaces besides lo: %q", out)
 	}
+}
+
+// secBridge returns a container's endpoint on Docker's default bridge.
+func secBridge(t *testing.T, ctr container.InspectResponse) *network.EndpointSettings {
+	t.Helper()
+	if ctr.NetworkSettings == nil || ctr.NetworkSettings.Networks["bridge"] == nil {
+		t.Fatalf("container %s is not on the bridge network", ctr.ID)
+	}
+	return ctr.NetworkSettings.Networks["bridge"]
 }
