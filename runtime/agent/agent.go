@@ -194,7 +194,7 @@ func Run(ctx context.Context, stdin io.Reader, stdout io.Writer, logger *slog.Lo
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	sess, err := yamux.Server(stdioConn{stdin, stdout}, yamuxConfig(logger))
+	sess, err := yamux.Server(framed(stdioConn{stdin, stdout}), yamuxConfig(logger))
 	if err != nil {
 		return fmt.Errorf("agent: start yamux server: %w", err)
 	}

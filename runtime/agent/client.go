@@ -21,7 +21,7 @@ type Client struct {
 
 // Dial starts a yamux client on conn, the agent's attached stdin and stdout.
 func Dial(conn io.ReadWriteCloser) (*Client, error) {
-	session, err := yamux.Client(conn, yamuxConfig(slog.New(slog.DiscardHandler)))
+	session, err := yamux.Client(framed(conn), yamuxConfig(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, fmt.Errorf("agent: start yamux client: %w", err)
 	}
