@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -235,28 +236,62 @@ func (d *Docker) agentLog(id string) io.WriteCloser {
 }
 
 // execConn adapts a hijacked exec attach to an io.ReadWriteCloser: reads
-// see the exec's stdout (demultiplexed), writes go to its stdin.
+// see the exec's stdout, demultiplexed in place (no goroutine and pipe per
+// chunk: every agent message crosses this), stderr goes to a log writer,
+// writes go to the exec's stdin. One goroutine reads (yamux's).
 type execConn struct {
-	hr     types.HijackedResponse
-	stdout *io.PipeReader
+	hr        types.HijackedResponse
+	stderr    io.WriteCloser
+	closeOnce sync.Once
+	hdr       [8]byte
+	left      int // stdout bytes left in the current frame
 }
 
 func newExecConn(hr types.HijackedResponse, stderr io.WriteCloser) *execConn {
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := stdcopy.StdCopy(pw, stderr, hr.Reader)
-		if err == nil {
-			err = io.EOF
-		}
-		pw.CloseWithError(err)
-		stderr.Close()
-	}()
-	return &execConn{hr: hr, stdout: pr}
+	return &execConn{hr: hr, stderr: stderr}
 }
 
-func (c *execConn) Read(p []byte) (int, error)  { return c.stdout.Read(p) }
+func (c *execConn) Read(p []byte) (int, error) {
+	for c.left == 0 {
+		if _, err := io.ReadFull(c.hr.Reader, c.hdr[:]); err != nil {
+			c.closeStderr()
+			return 0, err
+		}
+		size := int(binary.BigEndian.Uint32(c.hdr[4:]))
+		switch c.hdr[0] {
+		case byte(stdcopy.Stdin), byte(stdcopy.Stdout):
+			c.left = size
+		case byte(stdcopy.Stderr):
+			if _, err := io.CopyN(c.stderr, c.hr.Reader, int64(size)); err != nil {
+				return 0, fmt.Errorf("agent stderr: %w", err)
+			}
+		case byte(stdcopy.Systemerr):
+			msg := make([]byte, size)
+			if _, err := io.ReadFull(c.hr.Reader, msg); err != nil {
+				return 0, err
+			}
+			return 0, fmt.Errorf("agent exec stream: %s", msg)
+		default:
+			return 0, fmt.Errorf("agent exec stream: unknown frame type %d", c.hdr[0])
+		}
+	}
+	if len(p) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.hr.Reader.Read(p)
+	c.left -= n
+	if err == io.EOF && c.left > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (c *execConn) closeStderr() { c.closeOnce.Do(func() { c.stderr.Close() }) }
+
 func (c *execConn) Write(p []byte) (int, error) { return c.hr.Conn.Write(p) }
+
 func (c *execConn) Close() error {
 	c.hr.Close()
-	return c.stdout.Close()
+	c.closeStderr()
+	return nil
 }
