@@ -244,6 +244,7 @@ func (b *bench) header(ctx context.Context, w io.Writer) error {
 	} else {
 		fmt.Fprintf(w, "server: %s\n", b.o.url)
 	}
+	fmt.Fprintf(w, "load average at start: %s\n", loadavg())
 	fmt.Fprintf(w, "image: %s; counts: creates=%d commands=%d files=%d transfer=%dMiB×%d burst=%d pool=%d\n\n",
 		b.o.image, b.o.creates, b.o.commands, b.o.files, b.o.transferMiB, b.o.reps, b.o.burst, b.o.pool)
 	return nil
@@ -303,11 +304,22 @@ func (b *bench) measure(ctx context.Context, w io.Writer) error {
 	r.add(row{name: "pool creates served warm", value: fmt.Sprintf("%d/%d", pool.warm, len(pool.claims)), baseline: "—"})
 
 	r.write(w)
-	fmt.Fprintf(w, "\nratios are sandboxd/baseline; for throughput higher is better. Baselines: create = Engine API create+start+exec `true`; command = exec create/start/inspect `true` in the same container; files = archive PUT/GET of one file in the same container.\n")
+	fmt.Fprintf(w, "\nload average at end: %s\n", loadavg())
+	fmt.Fprintf(w, "ratios are sandboxd/baseline; for throughput higher is better. Baselines: create = Engine API create+start+exec `true`; command = exec create/start/inspect `true` in the same container; files = archive PUT/GET of one file in the same container.\n")
 	if cmd.profile != "" {
 		fmt.Fprintf(w, "%s\n", cmd.profile)
 	}
 	return nil
+}
+
+// loadavg is the machine's load (1, 5 and 15 minutes), or "n/a": the
+// figures only mean something next to it.
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "n/a"
 }
 
 // level is sandboxd's footprint with some sandboxes live.
