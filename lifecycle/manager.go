@@ -139,6 +139,15 @@ func (m *Manager) engineError(err error, what string) error {
 	return &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: what + " failed", Err: err}
 }
 
+// opError is the error of a failed engine operation: a 503 when the
+// engine is unreachable, else code with the engine's reason.
+func (m *Manager) opError(err error, code, what string) error {
+	if e, ok := AsError(m.engineError(err, what)); ok && e.Kind == KindUnavailable {
+		return e
+	}
+	return &Error{Kind: KindInternal, Code: code, Message: fmt.Sprintf("%s: %v", what, err), Err: err}
+}
+
 func notFound(id string) error {
 	return errf(KindNotFound, CodeSandboxNotFound, "sandbox %s not found", id)
 }
@@ -600,7 +609,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
-		return &Error{Kind: KindInternal, Code: CodeDeleteFailed, Message: "delete sandbox " + id, Err: m.engineError(err, "delete")}
+		return m.opError(err, CodeDeleteFailed, "delete sandbox "+id)
 	}
 	m.metrics.Deletes.Add(1)
 	m.log.InfoContext(ctx, "sandbox deleted", "sandbox_id", id)
@@ -670,7 +679,7 @@ func (m *Manager) Pause(ctx context.Context, id string) error {
 		return errf(KindConflict, CodeNotRunning, "Sandbox is not in a running state (it is %s).", status(&c).State)
 	}
 	if err := m.rt.Pause(ctx, rec.ContainerID); err != nil {
-		return &Error{Kind: KindInternal, Code: CodePauseFailed, Message: "pause sandbox " + id, Err: m.engineError(err, "pause")}
+		return m.opError(err, CodePauseFailed, "pause sandbox "+id)
 	}
 	return nil
 }
@@ -685,7 +694,7 @@ func (m *Manager) Resume(ctx context.Context, id string) error {
 		return errf(KindConflict, CodeNotPaused, "Sandbox is not paused (it is %s).", status(&c).State)
 	}
 	if err := m.rt.Unpause(ctx, rec.ContainerID); err != nil {
-		return &Error{Kind: KindInternal, Code: CodeResumeFailed, Message: "resume sandbox " + id, Err: m.engineError(err, "resume")}
+		return m.opError(err, CodeResumeFailed, "resume sandbox "+id)
 	}
 	m.Touch(id)
 	return nil
