@@ -335,12 +335,33 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]runtime.
 	return out, nil
 }
 
-// Remove implements runtime.Runtime.
+// removeAttempts and removeRetryDelay shape Remove's retries.
+const (
+	removeAttempts   = 3
+	removeRetryDelay = time.Second
+)
+
+// Remove implements runtime.Runtime. A loaded engine sometimes gives up
+// waiting for a container it killed ("tried to kill container, but did
+// not receive an exit event") although the container does exit, so a
+// refused removal is tried again; a container already gone is removed.
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	d.dropSession(id)
-	ctx, cancel := d.call(ctx)
-	defer cancel()
-	return wrap(d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}), "remove container %s", id)
+	var err error
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := d.call(ctx)
+		err = wrap(d.cli.ContainerRemove(cctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}), "remove container %s", id)
+		cancel()
+		if err == nil || errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrUnavailable) || attempt == removeAttempts {
+			return err
+		}
+		d.log.Warn("container removal refused; retrying", "container", id, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(removeRetryDelay):
+		}
+	}
 }
 
 // Pause implements runtime.Runtime.
