@@ -2,13 +2,14 @@ package docker
 
 import (
 	"archive/tar"
-	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"sync"
@@ -224,15 +225,49 @@ func (d *Docker) startAgent(ctx context.Context, id string) (*agent.Client, erro
 
 // agentLog returns a writer that logs the agent's stderr line by line.
 func (d *Docker) agentLog(id string) io.WriteCloser {
-	pr, pw := io.Pipe()
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			d.log.Debug("agent", "container", id, "line", sc.Text())
+	return &lineLogger{log: d.log.With("container", id)}
+}
+
+// maxLogLine bounds the unterminated line kept between writes: a longer
+// one is logged in pieces.
+const maxLogLine = 64 << 10
+
+// lineLogger logs each line written to it at debug level. The exec stream's
+// reader writes to it, so it needs no goroutine of its own.
+type lineLogger struct {
+	log     *slog.Logger
+	partial []byte
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	n := len(p)
+	for {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			break
 		}
-		io.Copy(io.Discard, pr)
-	}()
-	return pw
+		l.emit(append(l.partial, p[:i]...))
+		p = p[i+1:]
+	}
+	l.partial = append(l.partial, p...)
+	if len(l.partial) >= maxLogLine {
+		l.emit(l.partial)
+	}
+	return n, nil
+}
+
+// emit logs line and empties the partial line.
+func (l *lineLogger) emit(line []byte) {
+	l.log.Debug("agent", "line", string(line))
+	l.partial = l.partial[:0]
+}
+
+// Close logs an unterminated last line.
+func (l *lineLogger) Close() error {
+	if len(l.partial) > 0 {
+		l.emit(l.partial)
+	}
+	return nil
 }
 
 // execConn adapts a hijacked exec attach to an io.ReadWriteCloser: reads

@@ -3,9 +3,12 @@ package docker
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,6 +52,52 @@ func TestExecConnStreamErrors(t *testing.T) {
 				t.Errorf("err = %v, want %q", err, tt.wantErr)
 			case tt.wantErr == io.ErrUnexpectedEOF.Error() && !errors.Is(err, io.ErrUnexpectedEOF):
 				t.Errorf("err = %v, want io.ErrUnexpectedEOF", err)
+			}
+		})
+	}
+}
+
+// recordLines is a slog handler that keeps the "line" attribute of each record.
+type recordLines struct{ lines *[]string }
+
+func (h recordLines) Enabled(context.Context, slog.Level) bool { return true }
+func (h recordLines) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "line" {
+			*h.lines = append(*h.lines, a.Value.String())
+		}
+		return true
+	})
+	return nil
+}
+func (h recordLines) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordLines) WithGroup(string) slog.Handler      { return h }
+
+func TestLineLogger(t *testing.T) {
+	long := strings.Repeat("y", maxLogLine)
+	tests := []struct {
+		name   string
+		writes []string
+		want   []string
+	}{
+		{"one line", []string{"hello\n"}, []string{"hello"}},
+		{"split across writes", []string{"hel", "lo\nwor", "ld\n"}, []string{"hello", "world"}},
+		{"several in one write", []string{"a\nb\n\nc\n"}, []string{"a", "b", "", "c"}},
+		{"unterminated last line on close", []string{"a\nlast"}, []string{"a", "last"}},
+		{"over-long partial line cut", []string{long, "z\n"}, []string{long, "z"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			l := &lineLogger{log: slog.New(recordLines{&got})}
+			for _, w := range tt.writes {
+				if n, err := l.Write([]byte(w)); n != len(w) || err != nil {
+					t.Fatalf("Write = %d, %v", n, err)
+				}
+			}
+			l.Close()
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("logged %d lines %.80q, want %d lines %.80q", len(got), got, len(tt.want), tt.want)
 			}
 		})
 	}
