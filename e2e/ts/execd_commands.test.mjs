@@ -186,10 +186,10 @@ test("sh is used where there is no bash (busybox)", TEST_TIMEOUT, async () => {
 });
 
 test("the agent comes back after being killed from inside", TEST_TIMEOUT, async () => {
-  // A command's parent is the agent.
+  // A command's parent is the agent daemon.
   const agentOf = async () => {
     const [pid, cmdline] = await mustRun(sb, `echo $PPID; tr '\\0' ' ' < /proc/$PPID/cmdline`);
-    assert.match(cmdline, /^\S*sandboxd agent\s*$/, "the command's parent is the agent");
+    assert.match(cmdline, /^\S*sandboxd agent --daemon\s*$/, "the command's parent is the agent daemon");
     return pid;
   };
   const before = await agentOf();
