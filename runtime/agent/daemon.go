@@ -261,7 +261,9 @@ func (d *daemon) serveConn(conn *net.UnixConn) {
 		conn.Close()
 		return
 	}
-	sess, err := yamux.Server(conn, yamuxConfig(d.log))
+	// Framed for the same reason as in Run: the bridge forwards each write
+	// it reads through dockerd as a chunk of its own.
+	sess, err := yamux.Server(framed(conn), yamuxConfig(d.log))
 	if err != nil {
 		conn.Close()
 		return
