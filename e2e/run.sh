@@ -35,14 +35,16 @@ stage "e2e tests" go test -tags e2e -count=1 -timeout 60m ./e2e/...
 
 # ---- bounded fuzzing (security suite, issue 4) ----
 # Every Fuzz target of these packages runs for SANDBOXD_FUZZTIME (default
-# 10s). A finding fails the stage and leaves the input in the package's
-# testdata/fuzz/ so that `go test -run 'FuzzX/<name>' ./pkg` reproduces it.
+# 8s: 14 targets plus a few seconds of build and baseline each stay near
+# 3 minutes). A finding fails the stage and leaves the input in the
+# package's testdata/fuzz/ so that `go test -run 'FuzzX/<name>' ./pkg`
+# reproduces it.
 fuzz_targets() {
 	local pkg target rc=0
 	for pkg in ./api ./lifecycle ./runtime/agent; do
 		for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(f \*testing\.F).*/\1/p' "$pkg"/*_test.go); do
 			echo "--- $pkg $target"
-			go test -run '^$' -fuzz "^${target}\$" -fuzztime "${SANDBOXD_FUZZTIME:-10s}" "$pkg" || rc=1
+			go test -run '^$' -fuzz "^${target}\$" -fuzztime "${SANDBOXD_FUZZTIME:-8s}" "$pkg" || rc=1
 		done
 	done
 	return $rc
