@@ -270,12 +270,15 @@ func (m *Manager) applyPoolRef(req *CreateRequest) (string, error) {
 	if p == nil {
 		return "", errf(KindInvalid, CodeUnsupportedPoolRef, "extensions.poolRef %q: no such pool", ref)
 	}
-	for field, set := range map[string]bool{
-		"snapshotId": strings.TrimSpace(req.SnapshotID) != "", "networkPolicy": req.NetworkPolicy != nil,
-		"platform": req.Platform != nil, "volumes": len(req.Volumes) > 0,
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"snapshotId", strings.TrimSpace(req.SnapshotID) != ""}, {"networkPolicy", req.NetworkPolicy != nil},
+		{"platform", req.Platform != nil}, {"volumes", len(req.Volumes) > 0},
 	} {
-		if set {
-			return "", errf(KindInvalid, CodeInvalidParameter, "%s cannot be combined with extensions.poolRef: the pool's sandboxes are made in advance", field)
+		if f.set {
+			return "", errf(KindInvalid, CodeInvalidParameter, "%s cannot be combined with extensions.poolRef: the pool's sandboxes are made in advance", f.name)
 		}
 	}
 	pr := p.spec.request()
