@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
 )
 
 // TestReliabilityCrashRestart kills sandboxd with SIGKILL while it holds
@@ -234,8 +236,14 @@ func catchCreated(t *testing.T, s *Server, done <-chan struct{}) string {
 			if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatalf("SIGSTOP sandboxd: %v", err)
 			}
-			if inspectContainer(t, c.ID).State.Status == "created" {
+			ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+			info, err := dockerClient(t).ContainerInspect(ctx, c.ID)
+			cancel()
+			if err == nil && info.State.Status == "created" {
 				return c.Labels[labelID]
+			}
+			if err != nil && !cerrdefs.IsNotFound(err) { // a failed create removes its container
+				t.Fatalf("inspect container %s: %v", c.ID, err)
 			}
 			if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatalf("SIGCONT sandboxd: %v", err)
