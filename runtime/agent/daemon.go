@@ -261,8 +261,8 @@ func (d *daemon) serveConn(conn *net.UnixConn) {
 		conn.Close()
 		return
 	}
-	// Framed for the same reason as in Run: the bridge forwards each write
-	// it reads through dockerd as a chunk of its own.
+	// Framed as in Run: the bridge passes bytes on as they come, so a header
+	// written apart from its body could cross dockerd as a chunk of its own.
 	sess, err := yamux.Server(framed(conn), yamuxConfig(d.log))
 	if err != nil {
 		conn.Close()
