@@ -101,8 +101,7 @@ test("a timeout kills the command's whole process tree", TEST_TIMEOUT, async () 
   assert.deepEqual(stdoutOf(ex), ["started"]);
   assert.equal(ex.exitCode, -1, "a command killed by its timeout reports -1");
   assert.equal(ex.error?.value, "-1");
-  // Gone, or a zombie waiting for a parent that does not reap (pid 1 is
-  // `sleep infinity`): either way it no longer runs.
+  // Gone, or a zombie if nothing reaps orphans: either way it no longer runs.
   const state = await mustRun(
     sb,
     `pid=$(cat /tmp/grandchild.pid); test -n "$pid" || exit 9; if [ -e /proc/$pid ]; then sed -n 's/^State:[[:space:]]*\\([A-Z]\\).*/\\1/p' /proc/$pid/status; else echo gone; fi`,
@@ -185,17 +184,44 @@ test("sh is used where there is no bash (busybox)", TEST_TIMEOUT, async () => {
   }
 });
 
+// agentProcesses lists the agent's processes in the sandbox, by the command
+// lines of the bridge (`sandboxd agent`, one per connection of sandboxd) and
+// of the daemon (`sandboxd agent --daemon`) that serves them.
+const AGENT_PROCESSES = String.raw`for p in /proc/[0-9]*; do
+  case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in
+  */sandboxd\ agent\ ) echo "bridge $p" ;;
+  */sandboxd\ agent\ --daemon\ ) echo "daemon $p" ;;
+  esac
+done`;
+
+async function agentProcesses() {
+  const procs = { bridge: [], daemon: [] };
+  for (const line of await mustRun(sb, AGENT_PROCESSES)) {
+    const [kind, path] = line.split(" ");
+    procs[kind].push(path.replace("/proc/", ""));
+  }
+  assert.equal(procs.daemon.length, 1, `one agent daemon: ${JSON.stringify(procs)}`);
+  assert.ok(procs.bridge.length >= 1, `an agent bridge: ${JSON.stringify(procs)}`);
+  // A command's parent is the daemon.
+  assert.deepEqual(await mustRun(sb, "echo $PPID"), procs.daemon);
+  return procs;
+}
+
 test("the agent comes back after being killed from inside", TEST_TIMEOUT, async () => {
-  // A command's parent is the agent daemon.
-  const agentOf = async () => {
-    const [pid, cmdline] = await mustRun(sb, `echo $PPID; tr '\\0' ' ' < /proc/$PPID/cmdline`);
-    assert.match(cmdline, /^\S*sandboxd agent --daemon\s*$/, "the command's parent is the agent daemon");
-    return pid;
-  };
-  const before = await agentOf();
-  // The stream of the command that kills its agent breaks: either outcome is fine.
-  await sb.commands.run("kill -9 $PPID; sleep 5").catch(() => {});
-  const after = await agentOf();
-  assert.notEqual(after, before, "a new agent serves the sandbox");
+  const first = await agentProcesses();
+  const bg = await sb.commands.run("sleep 600", { background: true });
+
+  // Without its bridge the connection ends (and with it the command that
+  // kills it, so either outcome of that run is fine); the daemon lives on.
+  await sb.commands.run(`kill -9 ${first.bridge.join(" ")}; sleep 5`).catch(() => {});
+  const second = await agentProcesses();
+  assert.deepEqual(second.daemon, first.daemon, "the daemon survived");
+  assert.ok(!second.bridge.some((p) => first.bridge.includes(p)), "a new bridge serves the sandbox");
+  assert.equal((await sb.commands.getCommandStatus(bg.id)).running, true, "the daemon kept its background command");
+
+  // Like pkill -9 -f "sandboxd agent": bridge and daemon.
+  await sb.commands.run(`kill -9 ${second.bridge.concat(second.daemon).join(" ")}; sleep 5`).catch(() => {});
+  const third = await agentProcesses();
+  assert.notDeepEqual(third.daemon, second.daemon, "a new daemon serves the sandbox");
   assert.deepEqual(await mustRun(sb, "echo still works"), ["still works"]);
 });
