@@ -71,8 +71,10 @@ test("info on a directory, a missing path, and a chmod 000 file", TEST_TIMEOUT, 
   await rejectsWith(sb.files.getFileInfo(["/tmp/info/missing"]), 404, "info of a missing path");
   await rejectsWith(sb.files.getFileInfo(["/tmp/info/dir", "/tmp/info/missing"]), 404, "info with one missing path");
   await rejectsWith(sb.files.readBytes("/tmp/info/missing"), 404, "download of a missing path");
-  // A directory is not a file: a clean error, not a broken 200.
-  await assert.rejects(sb.files.readBytes("/tmp/info/dir"), SandboxApiException, "download of a directory");
+  // A directory or a FIFO is not a file: a clean 400, not a broken 200 (or a hang).
+  await mustRun(sb, "mkfifo /tmp/info/fifo");
+  await rejectsWith(sb.files.readBytes("/tmp/info/dir"), 400, "download of a directory");
+  await rejectsWith(sb.files.readBytes("/tmp/info/fifo"), 400, "download of a FIFO");
 });
 
 test("set permissions", TEST_TIMEOUT, async () => {
