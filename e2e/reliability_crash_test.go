@@ -87,32 +87,35 @@ func TestReliabilityCrashRestart(t *testing.T) {
 			before[sb.ID] = waitState(t, s, sb.ID, "Running")
 		}
 	}
-	// Two sandboxes expire while sandboxd is down: after the burst below,
-	// which takes seconds (more on a loaded machine), and before the
-	// restart.
-	expireAt := time.Now().Add(45 * time.Second).UTC()
-	for _, id := range byRole["expiring"] {
-		s.doJSON(t, http.MethodPost, sandboxPath(id, "/renew-expiration"), map[string]string{"expiresAt": expireAt.Format(time.RFC3339Nano)}, http.StatusOK, nil)
+	// Two sandboxes expire while sandboxd is down: they are renewed to
+	// expire shortly after each burst of creates starts (a burst takes
+	// seconds, more on a loaded machine), so after the crash and before
+	// the restart.
+	var expireAt time.Time
+	renewExpiring := func() {
+		expireAt = time.Now().Add(30 * time.Second).UTC()
+		for _, id := range byRole["expiring"] {
+			s.doJSON(t, http.MethodPost, sandboxPath(id, "/renew-expiration"), map[string]string{"expiresAt": expireAt.Format(time.RFC3339Nano)}, http.StatusOK, nil)
+		}
 	}
 
-	half, acked := crashMidCreate(t, s, suite)
+	half, acked := crashMidCreate(t, s, suite, renewExpiring)
 	t.Logf("killed sandboxd with sandbox %s half-created; %d creates of the burst had been answered", half, len(acked))
-	for _, id := range byRole["expiring"] {
-		if len(containersByLabel(t, labelID, id)) != 1 {
-			t.Fatalf("sandbox %s was reaped before the crash: the burst took too long", id)
-		}
+	if !time.Now().Before(expireAt) {
+		t.Fatalf("the crash came after %s, when the old server could already reap: the burst took too long", expireAt.Format(time.RFC3339Nano))
 	}
 	time.Sleep(time.Until(expireAt) + time.Second)
 	s.Restart()
 
-	waitUntil(t, reapSlack, "the half-created sandbox to be removed", func() bool {
-		return len(containersByLabel(t, labelID, half)) == 0
-	})
-	assertGone(t, s, half)
-	for _, id := range byRole["expiring"] {
-		waitUntil(t, reapSlack, "expired sandbox "+id+" to be reaped", func() bool {
+	// Reconciling runs after the server answers /health.
+	for what, id := range map[string]string{
+		"the half-created sandbox": half,
+		"an expired sandbox":       byRole["expiring"][0],
+		"another expired sandbox":  byRole["expiring"][1],
+	} {
+		waitUntil(t, reapSlack, what+" ("+id+") to be removed", func() bool {
 			status, _, _ := s.do(t, http.MethodGet, sandboxPath(id), nil, nil)
-			return status == http.StatusNotFound
+			return status == http.StatusNotFound && len(containersByLabel(t, labelID, id)) == 0
 		})
 		assertGone(t, s, id)
 	}
@@ -128,18 +131,23 @@ func TestReliabilityCrashRestart(t *testing.T) {
 		}
 	}
 
-	// Every container of the instance belongs to a listed sandbox, and
-	// every create that was answered before the crash is still there.
-	listed := map[string]string{}
-	for page := 1; ; page++ {
-		l := listSandboxes(t, s, "/v1", fmt.Sprintf("pageSize=200&page=%d", page))
-		for _, sb := range l.Items {
-			listed[sb.ID] = sb.Status.State
+	// Once reconciled, no sandbox is half-created any more, every
+	// container of the instance belongs to a listed sandbox, and every
+	// create that was answered before the crash is still there.
+	var listed map[string]string
+	waitUntil(t, reapSlack, "no sandbox to be half-created", func() bool {
+		listed = map[string]string{}
+		for page := 1; ; page++ {
+			l := listSandboxes(t, s, "/v1", fmt.Sprintf("pageSize=200&page=%d", page))
+			for _, sb := range l.Items {
+				listed[sb.ID] = sb.Status.State
+			}
+			if !l.Pagination.HasNextPage {
+				break
+			}
 		}
-		if !l.Pagination.HasNextPage {
-			break
-		}
-	}
+		return !slices.Contains(slices.Collect(maps.Values(listed)), "Pending")
+	})
 	for _, c := range containersByLabel(t, labelInstance, s.InstanceID) {
 		if id := c.Labels[labelID]; listed[id] == "" {
 			t.Errorf("container %s (sandbox %s, %s) of the instance has no listed sandbox", c.ID[:12], id, c.State)
@@ -176,16 +184,17 @@ func TestReliabilityCrashRestart(t *testing.T) {
 	}
 }
 
-// crashMidCreate sends bursts of concurrent creates until it sees a
-// sandbox container that Docker has created but not yet started; it then
-// stops sandboxd (SIGSTOP), checks that the container is still not
-// started, so that sandboxd cannot have recorded it as ready, and kills
-// it (SIGKILL). It returns that sandbox's id and the ids of the creates
-// that had been answered.
-func crashMidCreate(t *testing.T, s *Server, suite string) (half string, acked []string) {
+// crashMidCreate sends bursts of concurrent creates, each after a call of
+// before, until it sees a sandbox container that Docker has created but
+// not yet started; it then stops sandboxd (SIGSTOP), checks that the
+// container is still not started, so that sandboxd cannot have recorded
+// it as ready, and kills it (SIGKILL). It returns that sandbox's id and
+// the ids of the creates that had been answered.
+func crashMidCreate(t *testing.T, s *Server, suite string, before func()) (half string, acked []string) {
 	t.Helper()
 	const burst, bursts = 6, 10
 	for range bursts {
+		before()
 		var (
 			mu   sync.Mutex
 			wg   sync.WaitGroup
