@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +34,7 @@ func TestReliabilityDockerdRestart(t *testing.T) {
 	if os.Getenv("SANDBOXD_E2E_SKIP_DOCKERD_RESTART") != "" {
 		t.Skip("SANDBOXD_E2E_SKIP_DOCKERD_RESTART is set")
 	}
+	lockDockerdRestarts(t)
 	d := findDockerd(t)
 	s := startServer(t)
 	sb := createSandbox(t, s, "/v1/sandboxes", busyboxRequest())
@@ -163,10 +165,7 @@ func (d *dockerd) stop(t *testing.T) {
 		if err := syscall.Kill(d.pid, syscall.SIGTERM); err != nil {
 			t.Fatalf("SIGTERM dockerd %d: %v", d.pid, err)
 		}
-		waitUntil(t, dockerdWait, "dockerd to exit", func() bool {
-			_, err := os.Stat(fmt.Sprintf("/proc/%d", d.pid))
-			return errors.Is(err, os.ErrNotExist)
-		})
+		waitUntil(t, dockerdWait, "dockerd to exit", func() bool { return exited(d.pid) })
 	}
 	waitUntil(t, dockerdWait, "the Docker engine to stop answering", func() bool { return !d.up(t) })
 }
@@ -191,7 +190,7 @@ func (d *dockerd) start(t *testing.T) {
 			t.Fatalf("start %v: %v", d.args, err)
 		}
 		d.pid = cmd.Process.Pid
-		cmd.Process.Release()
+		go cmd.Wait() // reaps it if it ends before the tests do
 	}
 	waitUntil(t, dockerdWait, "the Docker engine to answer", func() bool { return d.up(t) })
 }
@@ -201,5 +200,31 @@ func (d *dockerd) ensureUp(t *testing.T) {
 	if !d.up(t) {
 		t.Log("the Docker engine is down; starting it again")
 		d.start(t)
+	}
+}
+
+// exited reports whether a process has ended: it is gone, or a zombie
+// that its parent (perhaps another test process) has not reaped yet.
+func exited(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	// The state follows the command name, which is in parentheses.
+	i := strings.LastIndexByte(string(stat), ')')
+	return err == nil && i >= 0 && strings.HasPrefix(string(stat[i+1:]), " Z")
+}
+
+// lockDockerdRestarts keeps two test runs on one machine from restarting
+// the engine at the same time; the lock goes with the test.
+func lockDockerdRestarts(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "sandboxd-e2e-dockerd-restart.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("lock %s: %v", f.Name(), err)
 	}
 }
