@@ -76,6 +76,11 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, http.StatusBadGateway, lifecycle.CodeGeneral, fmt.Sprintf("Could not reach port %d in sandbox %s: %v", port, id, err))
 		},
 	}
+	// Without full duplex, net/http closes the request body as soon as the
+	// response starts; the transport's last read of it then fails, it
+	// drops the stream to the agent, and the agent kills the command as
+	// if its client had gone.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	start := time.Now()
 	rp.ServeHTTP(w, r)
 	if port == lifecycle.ExecdPort && rest == "/command" {
