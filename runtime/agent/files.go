@@ -42,32 +42,39 @@ type idNames struct {
 }
 
 func (n *idNames) user(uid uint32) string {
-	if name, ok := n.users[uid]; ok {
-		return name
-	}
-	name := strconv.FormatUint(uint64(uid), 10)
-	if u, err := user.LookupId(name); err == nil {
-		name = u.Username
-	}
-	if n.users == nil {
-		n.users = make(map[uint32]string)
-	}
-	n.users[uid] = name
-	return name
+	return cachedName(&n.users, uid, func(id string) (string, error) {
+		u, err := user.LookupId(id)
+		if err != nil {
+			return "", err
+		}
+		return u.Username, nil
+	})
 }
 
 func (n *idNames) group(gid uint32) string {
-	if name, ok := n.groups[gid]; ok {
+	return cachedName(&n.groups, gid, func(id string) (string, error) {
+		g, err := user.LookupGroupId(id)
+		if err != nil {
+			return "", err
+		}
+		return g.Name, nil
+	})
+}
+
+// cachedName resolves a numeric id to a name once, falling back to the
+// number when the sandbox's passwd or group file does not know it.
+func cachedName(cache *map[uint32]string, id uint32, lookup func(string) (string, error)) string {
+	if name, ok := (*cache)[id]; ok {
 		return name
 	}
-	name := strconv.FormatUint(uint64(gid), 10)
-	if g, err := user.LookupGroupId(name); err == nil {
-		name = g.Name
+	name := strconv.FormatUint(uint64(id), 10)
+	if found, err := lookup(name); err == nil {
+		name = found
 	}
-	if n.groups == nil {
-		n.groups = make(map[uint32]string)
+	if *cache == nil {
+		*cache = make(map[uint32]string)
 	}
-	n.groups[gid] = name
+	(*cache)[id] = name
 	return name
 }
 
