@@ -1,8 +1,6 @@
 package api
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -115,84 +113,6 @@ func (s *Server) authorizeProxy(w http.ResponseWriter, r *http.Request, id strin
 	}
 	writeError(w, r, http.StatusUnauthorized, "INVALID_API_KEY", "Authentication credentials are invalid for this sandbox.")
 	return false
-}
-
-// maxMetadataPart bounds one upload metadata part.
-const maxMetadataPart = 64 << 10
-
-// handleUpload implements execd's multipart upload: metadata and file
-// parts paired by index, each file streamed into the sandbox.
-func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, id string) {
-	mr, err := r.MultipartReader()
-	if err != nil {
-		writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidFile, "upload must be multipart/form-data: "+err.Error())
-		return
-	}
-	var metas []lifecycle.FileMeta
-	var early []*lifecycle.Spooled // file parts that came before their metadata
-	defer func() {
-		for _, f := range early {
-			f.Close()
-		}
-	}()
-	files := 0
-	put := func(meta lifecycle.FileMeta, body io.Reader) bool {
-		if err := s.mgr.PutFile(r.Context(), id, meta, body); err != nil {
-			s.fail(w, r, err)
-			return false
-		}
-		return true
-	}
-	for {
-		part, err := mr.NextPart()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidFile, "malformed multipart body: "+err.Error())
-			return
-		}
-		switch part.FormName() {
-		case "metadata":
-			var meta lifecycle.FileMeta
-			buf, err := io.ReadAll(io.LimitReader(part, maxMetadataPart+1))
-			if err != nil || len(buf) > maxMetadataPart || json.Unmarshal(buf, &meta) != nil {
-				writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidFileMeta, fmt.Sprintf("metadata part %d is not a JSON object {path, owner, group, mode}", len(metas)))
-				return
-			}
-			metas = append(metas, meta)
-			// A file part that arrived first is written now.
-			if i := len(metas) - 1; i < files {
-				f := early[0]
-				early = early[1:]
-				ok := put(meta, f)
-				f.Close()
-				if !ok {
-					return
-				}
-			}
-		case "file":
-			if files < len(metas) {
-				if !put(metas[files], part) {
-					return
-				}
-			} else {
-				f, err := lifecycle.Spool(part)
-				if err != nil {
-					writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidFile, "read file part: "+err.Error())
-					return
-				}
-				early = append(early, f)
-			}
-			files++
-		}
-		part.Close()
-	}
-	if len(metas) != files || files == 0 {
-		writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidFile, fmt.Sprintf("upload needs one metadata part per file part (got %d metadata, %d files)", len(metas), files))
-		return
-	}
-	w.WriteHeader(http.StatusOK)
 }
 
 // handleDownload streams a file out of the sandbox, honouring one Range.

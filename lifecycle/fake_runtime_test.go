@@ -47,6 +47,7 @@ type fakeRuntime struct {
 	containers map[string]*fakeContainer // by id
 	volumes    map[string]map[string]string
 	removed    []string // container ids passed to Remove, in order
+	puts       int      // PutArchive calls
 	agent      http.Handler
 	createErr  error
 	now        func() time.Time
@@ -250,6 +251,7 @@ func (f *fakeRuntime) Logs(context.Context, string, int, time.Time) (io.ReadClos
 func (f *fakeRuntime) PutArchive(_ context.Context, id, dir string, r io.Reader) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.puts++
 	c, err := f.lookup(id)
 	if err != nil {
 		return err

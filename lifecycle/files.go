@@ -131,8 +131,10 @@ func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content
 	if rec.ReadOnlyRootfs {
 		return m.putFileViaAgent(ctx, rec, p, meta, content)
 	}
-	body, ok := content.(*Spooled)
-	if !ok {
+	announced, streamed := content.(*Announced)
+	streamed = streamed && announced.Size > spoolInMemory
+	body, spooled := content.(*Spooled)
+	if !spooled && !streamed {
 		if body, err = Spool(content); err != nil {
 			return &Error{Kind: KindInvalid, Code: CodeInvalidFile, Message: "read upload of " + p, Err: err}
 		}
@@ -148,12 +150,16 @@ func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content
 			mode = st.Mode.Perm()
 		}
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		pw.CloseWithError(writeTar(pw, missing, path.Base(p), mode, body.Size, body))
-	}()
-	err = m.rt.PutArchive(ctx, rec.ContainerID, dir, pr)
-	pr.CloseWithError(err)
+	t := archiveTarget{cid: rec.ContainerID, dir: dir, missing: missing, name: path.Base(p), mode: mode}
+	if streamed {
+		err = m.putAnnounced(ctx, t, announced)
+	} else {
+		err = m.putArchive(ctx, t, body.Size, body)
+	}
+	var bad *bodyError
+	if errors.As(err, &bad) {
+		return &Error{Kind: KindInvalid, Code: CodeInvalidFile, Message: "read upload of " + p, Err: bad.err}
+	}
 	if err != nil {
 		return m.fileError(err, p)
 	}
@@ -267,6 +273,113 @@ func writeUploadForm(mw *multipart.Writer, p string, meta FileMeta, content io.R
 		return err
 	}
 	return mw.Close()
+}
+
+// archiveTarget is where one uploaded file goes: the deepest existing
+// directory, the directories to create below it, and the file.
+type archiveTarget struct {
+	cid, dir string
+	missing  []string
+	name     string
+	mode     os.FileMode
+}
+
+// putArchive streams size bytes of body into the container as a one-file
+// tar. An error reading body is returned over Docker's, which is only the
+// consequence.
+func (m *Manager) putArchive(ctx context.Context, t archiveTarget, size int64, body io.Reader) error {
+	pr, pw := io.Pipe()
+	wrote := make(chan error, 1)
+	go func() {
+		err := writeTar(pw, t.missing, t.name, t.mode, size, body)
+		pw.CloseWithError(err)
+		wrote <- err
+	}()
+	err := m.rt.PutArchive(ctx, t.cid, t.dir, pr)
+	pr.CloseWithError(err)
+	var bad *bodyError
+	if werr := <-wrote; errors.Is(werr, errSizeMismatch) || errors.As(werr, &bad) {
+		return werr
+	}
+	return err
+}
+
+// Announced is an upload whose size the client announced but that is not
+// checked yet (api derives it from Content-Length). It is streamed into
+// the sandbox as it arrives, and kept in a temp file meanwhile: if its
+// real size differs, the file is written again from that copy.
+type Announced struct {
+	io.Reader
+	Size int64
+}
+
+// putAnnounced streams an announced upload, falling back to spooling it
+// when the announcement was wrong.
+func (m *Manager) putAnnounced(ctx context.Context, t archiveTarget, a *Announced) error {
+	f, err := os.CreateTemp("", "sandboxd-upload-*")
+	if err != nil {
+		return fmt.Errorf("spool upload: %w", err)
+	}
+	copied := &Spooled{Reader: f, file: f}
+	defer copied.Close()
+	err = m.putArchive(ctx, t, a.Size, &exactReader{r: io.TeeReader(a.Reader, f), left: a.Size})
+	if !errors.Is(err, errSizeMismatch) {
+		return err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("spool upload: %w", err)
+	}
+	again, err := Spool(io.MultiReader(f, a.Reader))
+	if err != nil {
+		return &bodyError{err}
+	}
+	defer again.Close()
+	return m.putArchive(ctx, t, again.Size, again)
+}
+
+// errSizeMismatch says an announced upload was not of the announced size.
+var errSizeMismatch = errors.New("upload size differs from the announced size")
+
+// bodyError is a failure to read the client's upload, as opposed to a
+// failure to write it into the sandbox.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "read upload: " + e.err.Error() }
+
+// exactReader passes on r if it holds exactly left bytes, and fails with
+// errSizeMismatch as soon as it is clear that it does not.
+type exactReader struct {
+	r    io.Reader
+	left int64
+	one  [1]byte
+}
+
+func (e *exactReader) Read(b []byte) (int, error) {
+	if e.left == 0 {
+		n, err := io.ReadFull(e.r, e.one[:])
+		switch {
+		case n > 0:
+			return 0, errSizeMismatch
+		case errors.Is(err, io.EOF):
+			return 0, io.EOF
+		default:
+			return 0, &bodyError{err}
+		}
+	}
+	if int64(len(b)) > e.left {
+		b = b[:e.left]
+	}
+	n, err := e.r.Read(b)
+	e.left -= int64(n)
+	switch {
+	case errors.Is(err, io.EOF) && e.left > 0:
+		return n, errSizeMismatch
+	case errors.Is(err, io.EOF):
+		return n, nil
+	case err != nil:
+		return n, &bodyError{err}
+	}
+	return n, nil
 }
 
 // writeTar writes the missing directories then the file.

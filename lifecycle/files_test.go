@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -140,4 +141,64 @@ func openErr(m *Manager, id, p string) error {
 		f.Close()
 	}
 	return err
+}
+
+// failingReader returns its data, then err instead of EOF.
+type failingReader struct {
+	data []byte
+	err  error
+}
+
+func (f *failingReader) Read(b []byte) (int, error) {
+	if len(f.data) == 0 {
+		return 0, f.err
+	}
+	n := copy(b, f.data)
+	f.data = f.data[n:]
+	return n, nil
+}
+
+func TestPutFileAnnounced(t *testing.T) {
+	e := newEnv(t, nil)
+	sb, cid := e.create(t, validRequest())
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("0123456789abcdef"), (3<<20)/16)
+	size := int64(len(data))
+	spools := func() int {
+		m, _ := filepath.Glob(filepath.Join(os.TempDir(), "sandboxd-upload-*"))
+		return len(m)
+	}
+	spooled := spools()
+	tests := []struct {
+		name      string
+		announced int64
+		puts      int // archive calls: 1 when streamed as announced, 2 when written again
+	}{
+		{"right size", size, 1},
+		{"announced too small", size - 2, 2},
+		{"announced too large", size + 2, 2},
+		{"announced far too large", 2 * size, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := e.rt.puts
+			a := &Announced{Reader: bytes.NewReader(data), Size: tt.announced}
+			if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/big.bin"}, a); err != nil {
+				t.Fatalf("PutFile: %v", err)
+			}
+			if fl, ok := e.rt.file(cid, "/work/big.bin"); !ok || !bytes.Equal(fl.data, data) {
+				t.Errorf("uploaded file has %d bytes, want the %d sent", len(fl.data), size)
+			}
+			if got := e.rt.puts - before; got != tt.puts {
+				t.Errorf("%d archive writes, want %d", got, tt.puts)
+			}
+		})
+	}
+
+	// A client that goes away mid-upload is a bad upload, not a runtime error.
+	broken := &Announced{Reader: &failingReader{data: data[:1<<20], err: io.ErrUnexpectedEOF}, Size: size}
+	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/broken.bin"}, broken), KindInvalid, CodeInvalidFile)
+	if n := spools(); n != spooled {
+		t.Errorf("%d spool files left behind", n-spooled)
+	}
 }

@@ -139,11 +139,13 @@ func (r *raw) sandboxContainer(ctx context.Context, id string) (container.Summar
 	return list[0], nil
 }
 
-// agentPID finds the host pid of the agent in a container.
-func (r *raw) agentPID(ctx context.Context, cid string) (int, error) {
+// agentPIDs finds the host pids of the agent's two processes in a
+// container: the daemon, which holds the commands and sessions, and the
+// bridge that connects sandboxd's exec stream to it.
+func (r *raw) agentPIDs(ctx context.Context, cid string) (daemon, bridge int, err error) {
 	top, err := r.cli.ContainerTop(ctx, cid, nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	pidCol, cmdCol := -1, -1
 	for i, t := range top.Titles {
@@ -155,16 +157,25 @@ func (r *raw) agentPID(ctx context.Context, cid string) (int, error) {
 		}
 	}
 	if pidCol < 0 || cmdCol < 0 {
-		return 0, fmt.Errorf("docker top: unexpected titles %v", top.Titles)
+		return 0, 0, fmt.Errorf("docker top: unexpected titles %v", top.Titles)
 	}
 	for _, p := range top.Processes {
-		if strings.Contains(p[cmdCol], "sandboxd agent") {
-			var pid int
-			_, err := fmt.Sscan(p[pidCol], &pid)
-			return pid, err
+		cmd := p[cmdCol]
+		if !strings.Contains(cmd, "sandboxd agent") {
+			continue
+		}
+		pid := &bridge
+		if strings.HasSuffix(cmd, "agent --daemon") {
+			pid = &daemon
+		}
+		if _, err := fmt.Sscan(p[pidCol], pid); err != nil {
+			return 0, 0, err
 		}
 	}
-	return 0, fmt.Errorf("no agent process in container %s", cid[:12])
+	if daemon == 0 || bridge == 0 {
+		return 0, 0, fmt.Errorf("container %s: agent daemon pid %d, bridge pid %d", cid[:12], daemon, bridge)
+	}
+	return daemon, bridge, nil
 }
 
 // removeLabelled force-removes every container carrying label=value.

@@ -281,6 +281,7 @@ func (b *bench) measure(ctx context.Context, w io.Writer) error {
 	r.latency("upload 1KiB p50", cmd.up1k.pct(50), cmd.rawUp1k.pct(50), 0, 0)
 	r.latency("download 1KiB p50", cmd.down1k.pct(50), cmd.rawDown1k.pct(50), 0, 0)
 	r.throughput(fmt.Sprintf("upload %dMiB", b.o.transferMiB), median(cmd.upMiBs), median(cmd.rawUpMiBs), targetTransfer)
+	r.throughput(fmt.Sprintf("upload %dMiB, unknown length", b.o.transferMiB), median(cmd.upStreamMiBs), median(cmd.rawUpMiBs), 0)
 	r.throughput(fmt.Sprintf("download %dMiB", b.o.transferMiB), median(cmd.downMiBs), median(cmd.rawDownMiBs), targetTransfer)
 	n := b.o.burst
 	r.success(fmt.Sprintf("burst %d creates success", n), len(mem.creates), n, len(mem.rawCreates), n)
@@ -498,6 +499,7 @@ type commandResult struct {
 	trueCmd, echo, raw               durations
 	up1k, down1k, rawUp1k, rawDown1k durations
 	upMiBs, downMiBs                 []float64
+	upStreamMiBs                     []float64 // uploads of unknown length
 	rawUpMiBs, rawDownMiBs           []float64
 	agentRSS                         string
 	profile                          string
@@ -550,12 +552,23 @@ func (b *bench) commandsAndFiles(ctx context.Context) (commandResult, error) {
 		}
 	}
 	res.agentRSS = "n/a"
-	if pid, err := b.r.agentPID(ctx, cid); err != nil {
+	if err := func() error {
+		daemon, bridge, err := b.r.agentPIDs(ctx, cid)
+		if err != nil {
+			return err
+		}
+		d, err := vmRSS(daemon)
+		if err != nil {
+			return err
+		}
+		br, err := vmRSS(bridge)
+		if err != nil {
+			return err
+		}
+		res.agentRSS = fmt.Sprintf("%s (daemon %s, bridge %s)", mib(d+br), mib(d), mib(br))
+		return nil
+	}(); err != nil {
 		b.progress("agent RSS: %v", err)
-	} else if v, err := vmRSS(pid); err != nil {
-		b.progress("agent RSS: %v", err)
-	} else {
-		res.agentRSS = mib(v)
 	}
 	if b.o.pprof != "" {
 		if res.profile, err = b.profileCommands(ctx, bx); err != nil {
@@ -567,7 +580,7 @@ func (b *bench) commandsAndFiles(ctx context.Context) (commandResult, error) {
 	small := bytes.Repeat([]byte("0123456789abcdef"), 64)
 	for range b.o.files {
 		start := time.Now()
-		if err := bx.upload(ctx, "/tmp/bench-1k", bytes.NewReader(small)); err != nil {
+		if err := bx.upload(ctx, "/tmp/bench-1k", bytes.NewReader(small), int64(len(small))); err != nil {
 			return res, err
 		}
 		res.up1k = append(res.up1k, time.Since(start))
@@ -593,10 +606,15 @@ func (b *bench) commandsAndFiles(ctx context.Context) (commandResult, error) {
 	for i := range b.o.reps {
 		b.progress("files: %d MiB, round %d/%d", b.o.transferMiB, i+1, b.o.reps)
 		start := time.Now()
-		if err := bx.upload(ctx, "/tmp/bench-big", newPattern(size)); err != nil {
+		if err := bx.upload(ctx, "/tmp/bench-big", newPattern(size), size); err != nil {
 			return res, err
 		}
 		res.upMiBs = append(res.upMiBs, rate(time.Since(start)))
+		start = time.Now()
+		if err := bx.upload(ctx, "/tmp/bench-big", newPattern(size), -1); err != nil {
+			return res, err
+		}
+		res.upStreamMiBs = append(res.upStreamMiBs, rate(time.Since(start)))
 		start = time.Now()
 		if err := b.r.put(ctx, cid, "/tmp", "bench-raw-big", size, newPattern(size)); err != nil {
 			return res, fmt.Errorf("archive put: %w", err)

@@ -147,10 +147,15 @@ func (a *api) connect(ctx context.Context, id string) (*box, error) {
 }
 
 // execd sends one request to the sandbox's execd API.
-func (b *box) execd(ctx context.Context, method, p string, body io.Reader, contentType string) (*http.Response, error) {
+// execd sends a request to the sandbox's execd endpoint; length is the
+// body's size, or -1 when unknown (sent chunked).
+func (b *box) execd(ctx context.Context, method, p string, body io.Reader, length int64, contentType string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, b.url+p, body)
 	if err != nil {
 		return nil, err
+	}
+	if body != nil {
+		req.ContentLength = length
 	}
 	for k, v := range b.hdr {
 		req.Header.Set(k, v)
@@ -162,7 +167,7 @@ func (b *box) execd(ctx context.Context, method, p string, body io.Reader, conte
 }
 
 func (b *box) ping(ctx context.Context) error {
-	resp, err := b.execd(ctx, http.MethodGet, "/ping", nil, "")
+	resp, err := b.execd(ctx, http.MethodGet, "/ping", nil, 0, "")
 	if err != nil {
 		return err
 	}
@@ -179,7 +184,7 @@ func (b *box) ping(ctx context.Context) error {
 func (b *box) command(ctx context.Context, cmd, want string) (time.Duration, error) {
 	start := time.Now()
 	body, _ := json.Marshal(map[string]any{"command": cmd})
-	resp, err := b.execd(ctx, http.MethodPost, "/command", bytes.NewReader(body), "application/json")
+	resp, err := b.execd(ctx, http.MethodPost, "/command", bytes.NewReader(body), int64(len(body)), "application/json")
 	if err != nil {
 		return 0, err
 	}
@@ -199,33 +204,35 @@ func (b *box) command(ctx context.Context, cmd, want string) (time.Duration, err
 	return d, nil
 }
 
-// upload writes src to path through execd's multipart upload, streamed as
-// the SDKs send it.
-func (b *box) upload(ctx context.Context, p string, src io.Reader) error {
-	pr, pw := io.Pipe()
-	mw := multipart.NewWriter(pw)
-	go func() {
-		err := func() error {
-			meta, err := mw.CreateFormFile("metadata", "metadata")
-			if err != nil {
-				return err
-			}
-			if err := json.NewEncoder(meta).Encode(map[string]any{"path": p}); err != nil {
-				return err
-			}
-			part, err := mw.CreateFormFile("file", path.Base(p))
-			if err != nil {
-				return err
-			}
-			if _, err := io.Copy(part, src); err != nil {
-				return err
-			}
-			return mw.Close()
-		}()
-		pw.CloseWithError(err)
-	}()
-	resp, err := b.execd(ctx, http.MethodPost, "/files/upload", pr, mw.FormDataContentType())
-	pr.Close()
+// upload writes size bytes of src to path through execd's multipart
+// upload. A size of -1 streams a body of unknown length, as the TypeScript
+// SDK sends a stream; otherwise the body has a Content-Length, as every SDK
+// sends bytes or a file.
+func (b *box) upload(ctx context.Context, p string, src io.Reader, size int64) error {
+	var head bytes.Buffer
+	mw := multipart.NewWriter(&head)
+	meta, err := mw.CreateFormFile("metadata", "metadata")
+	if err != nil {
+		return err
+	}
+	if err := json.NewEncoder(meta).Encode(map[string]any{"path": p}); err != nil {
+		return err
+	}
+	if _, err := mw.CreateFormFile("file", path.Base(p)); err != nil {
+		return err
+	}
+	n := head.Len()
+	if err := mw.Close(); err != nil {
+		return err
+	}
+	tail := bytes.Clone(head.Bytes()[n:])
+	head.Truncate(n)
+	length := int64(-1)
+	if size >= 0 {
+		length = int64(head.Len()+len(tail)) + size
+	}
+	body := io.MultiReader(&head, src, bytes.NewReader(tail))
+	resp, err := b.execd(ctx, http.MethodPost, "/files/upload", body, length, mw.FormDataContentType())
 	if err != nil {
 		return err
 	}
@@ -239,7 +246,7 @@ func (b *box) upload(ctx context.Context, p string, src io.Reader) error {
 
 // download reads a file through execd and returns its size.
 func (b *box) download(ctx context.Context, p string) (int64, error) {
-	resp, err := b.execd(ctx, http.MethodGet, "/files/download?path="+url.QueryEscape(p), nil, "")
+	resp, err := b.execd(ctx, http.MethodGet, "/files/download?path="+url.QueryEscape(p), nil, 0, "")
 	if err != nil {
 		return 0, err
 	}
