@@ -39,7 +39,14 @@ func newEventStream(w http.ResponseWriter) *eventStream {
 }
 
 // write sends already-encoded events and flushes them.
-func (s *eventStream) write(p []byte) {
+func (s *eventStream) write(p []byte) { s.send(p, true) }
+
+// writeLast sends the stream's last event without flushing it: the
+// handler's return then sends it together with the end of the response, one
+// write through the exec stream to sandboxd instead of two.
+func (s *eventStream) writeLast(p []byte) { s.send(p, false) }
+
+func (s *eventStream) send(p []byte, flush bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -58,6 +65,9 @@ func (s *eventStream) write(p []byte) {
 		s.err = err
 		return
 	}
+	if !flush {
+		return
+	}
 	if err := s.rc.Flush(); err != nil {
 		s.err = err
 	}
@@ -67,12 +77,13 @@ func (s *eventStream) text(typ, text string) {
 	s.write(appendTextEvent(nil, typ, text, time.Now().UnixMilli()))
 }
 
+// complete ends the stream with execution_complete.
 func (s *eventStream) complete(elapsed time.Duration) {
 	b := strconv.AppendInt([]byte(`{"type":"`+evComplete+`","execution_time":`), elapsed.Milliseconds(), 10)
-	s.write(appendTimestamp(b, time.Now().UnixMilli()))
+	s.writeLast(appendTimestamp(b, time.Now().UnixMilli()))
 }
 
-// fail sends an error event. For command failures evalue is the exit code
+// fail ends the stream with an error event. For command failures evalue is the exit code
 // (the SDKs parse it as an int); anything else yields a non-numeric evalue.
 func (s *eventStream) fail(evalue, traceback string) {
 	b := []byte(`{"type":"` + evError + `","error":{"ename":"CommandExecError","evalue":`)
@@ -80,7 +91,7 @@ func (s *eventStream) fail(evalue, traceback string) {
 	b = append(b, `,"traceback":[`...)
 	b = appendJSONString(b, traceback)
 	b = append(b, "]}"...)
-	s.write(appendTimestamp(b, time.Now().UnixMilli()))
+	s.writeLast(appendTimestamp(b, time.Now().UnixMilli()))
 }
 
 // pingUntil sends a ping event every pingInterval until done is closed.
