@@ -285,21 +285,21 @@ type archiveTarget struct {
 }
 
 // putArchive streams size bytes of body into the container as a one-file
-// tar. An error reading body is returned over Docker's, which is only the
-// consequence.
+// tar, read by the Docker client straight from body: no pipe, no copying
+// goroutine. A failure to read body, or a body of another size, is
+// returned over Docker's error, which is only its consequence.
 func (m *Manager) putArchive(ctx context.Context, t archiveTarget, size int64, body io.Reader) error {
-	pr, pw := io.Pipe()
-	wrote := make(chan error, 1)
-	go func() {
-		err := writeTar(pw, t.missing, t.name, t.mode, size, body)
-		pw.CloseWithError(err)
-		wrote <- err
-	}()
-	err := m.rt.PutArchive(ctx, t.cid, t.dir, pr)
-	pr.CloseWithError(err)
-	var bad *bodyError
-	if werr := <-wrote; errors.Is(werr, errSizeMismatch) || errors.As(werr, &bad) {
-		return werr
+	head, err := tarHead(t.missing, t.name, t.mode, size)
+	if err != nil {
+		return err
+	}
+	src := &exactReader{r: body, left: size}
+	// The file's data is padded to a whole block, then two zero blocks end
+	// the archive.
+	tail := make([]byte, (tarBlock-size%tarBlock)%tarBlock+2*tarBlock)
+	err = m.rt.PutArchive(ctx, t.cid, t.dir, io.MultiReader(bytes.NewReader(head), src, bytes.NewReader(tail)))
+	if src.err != nil {
+		return src.err
 	}
 	return err
 }
@@ -322,7 +322,7 @@ func (m *Manager) putAnnounced(ctx context.Context, t archiveTarget, a *Announce
 	}
 	copied := &Spooled{Reader: f, file: f}
 	defer copied.Close()
-	err = m.putArchive(ctx, t, a.Size, &exactReader{r: io.TeeReader(a.Reader, f), left: a.Size})
+	err = m.putArchive(ctx, t, a.Size, io.TeeReader(fullReader{a.Reader}, f))
 	if !errors.Is(err, errSizeMismatch) {
 		return err
 	}
@@ -337,6 +337,20 @@ func (m *Manager) putAnnounced(ctx context.Context, t archiveTarget, a *Announce
 	return m.putArchive(ctx, t, again.Size, again)
 }
 
+// fullReader fills every read it can: a multipart part yields a few KiB
+// per read, and passed on like that each would cost a write to the copy
+// and a chunk of its own in the request to Docker.
+type fullReader struct{ r io.Reader }
+
+func (f fullReader) Read(p []byte) (n int, err error) {
+	for n < len(p) && err == nil {
+		var m int
+		m, err = f.r.Read(p[n:])
+		n += m
+	}
+	return n, err
+}
+
 // errSizeMismatch says an announced upload was not of the announced size.
 var errSizeMismatch = errors.New("upload size differs from the announced size")
 
@@ -347,14 +361,24 @@ type bodyError struct{ err error }
 func (e *bodyError) Error() string { return "read upload: " + e.err.Error() }
 
 // exactReader passes on r if it holds exactly left bytes, and fails with
-// errSizeMismatch as soon as it is clear that it does not.
+// errSizeMismatch as soon as it is clear that it does not. err keeps the
+// failure, whatever the reader's reader does with it.
 type exactReader struct {
 	r    io.Reader
 	left int64
+	err  error
 	one  [1]byte
 }
 
 func (e *exactReader) Read(b []byte) (int, error) {
+	n, err := e.read(b)
+	if err != nil && err != io.EOF {
+		e.err = err
+	}
+	return n, err
+}
+
+func (e *exactReader) read(b []byte) (int, error) {
 	if e.left == 0 {
 		n, err := io.ReadFull(e.r, e.one[:])
 		switch {
@@ -382,25 +406,26 @@ func (e *exactReader) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-// writeTar writes the missing directories then the file.
-func writeTar(w io.Writer, dirs []string, name string, mode os.FileMode, size int64, body io.Reader) error {
-	tw := tar.NewWriter(w)
+const tarBlock = 512
+
+// tarHead is the start of a one-file tar: the missing directories, then
+// the file's header.
+func tarHead(dirs []string, name string, mode os.FileMode, size int64) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
 	now := time.Now()
 	rel := ""
 	for _, d := range dirs {
 		rel = path.Join(rel, d)
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o755, ModTime: now}); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: path.Join(rel, name), Mode: int64(mode), Size: size, ModTime: now}
 	if err := tw.WriteHeader(hdr); err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := io.Copy(tw, body); err != nil {
-		return err
-	}
-	return tw.Close()
+	return buf.Bytes(), nil
 }
 
 // existingAncestor returns the deepest existing directory above dir and the
