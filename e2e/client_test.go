@@ -33,6 +33,8 @@ func (s *Server) do(t testing.TB, method, path string, body any, headers map[str
 		rd = bytes.NewReader(b)
 	case string:
 		rd = strings.NewReader(b)
+	case io.Reader: // sent without a Content-Length
+		rd = b
 	default:
 		data, err := json.Marshal(b)
 		if err != nil {

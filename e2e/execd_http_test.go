@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -127,6 +128,52 @@ func TestExecdHTTP(t *testing.T) {
 		status, _, body := b.do(t, http.MethodGet, "/files/download?path=/tmp/no-such-file", nil, nil)
 		if e := decodeJSON[struct{ Code string }](t, body); status != http.StatusNotFound || e.Code != "FILE_NOT_FOUND" {
 			t.Errorf("download of a missing file: status %d body %s, want 404 FILE_NOT_FOUND", status, body)
+		}
+	})
+
+	t.Run("large uploads", func(t *testing.T) {
+		// Above 1 MiB an upload with a Content-Length streams into the
+		// sandbox on the size that Content-Length implies, which is wrong
+		// when the file part is not the last one or an epilogue follows:
+		// then sandboxd writes the file again from its copy.
+		big := func(n int, seed byte) string {
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(i*7) + seed
+			}
+			return string(p)
+		}
+		a, c := big(3<<20+5, 1), big(2<<20+11, 2)
+		for _, tc := range []struct {
+			name     string
+			files    [][2]string
+			epilogue string
+			length   bool // send a Content-Length
+		}{
+			{"last part", [][2]string{{"/tmp/up/a.bin", a}}, "", true},
+			{"unknown length", [][2]string{{"/tmp/up/b.bin", a}}, "", false},
+			{"not the last part", [][2]string{{"/tmp/up/c.bin", c}, {"/tmp/up/d.bin", a}}, "", true},
+			{"epilogue", [][2]string{{"/tmp/up/e.bin", c}}, "an epilogue\r\n", true},
+		} {
+			body, ctype, err := uploadBodyFiles(tc.files)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = append(body, tc.epilogue...)
+			var send any = body
+			if !tc.length {
+				send = struct{ io.Reader }{bytes.NewReader(body)}
+			}
+			status, _, resp := b.do(t, http.MethodPost, "/files/upload", send, map[string]string{"Content-Type": ctype})
+			if status != http.StatusOK {
+				t.Errorf("%s: upload status %d: %s", tc.name, status, resp)
+				continue
+			}
+			for _, f := range tc.files {
+				if status, _, got := b.do(t, http.MethodGet, "/files/download?path="+f[0], nil, nil); status != http.StatusOK || string(got) != f[1] {
+					t.Errorf("%s: %s reads back %d bytes (status %d), want the %d uploaded", tc.name, f[0], len(got), status, len(f[1]))
+				}
+			}
 		}
 	})
 

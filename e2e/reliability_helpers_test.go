@@ -310,25 +310,33 @@ func createMany(t testing.TB, s *Server, reqs []map[string]any) []lcSandbox {
 // uploadBody is execd's multipart upload of one file: a metadata part
 // and a file part. It returns the body and its Content-Type.
 func uploadBody(path, content string) ([]byte, string, error) {
+	return uploadBodyFiles([][2]string{{path, content}})
+}
+
+// uploadBodyFiles is an upload of several files, each a (path, content)
+// pair sent as a metadata part then a file part.
+func uploadBodyFiles(files [][2]string) ([]byte, string, error) {
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
-	meta, err := json.Marshal(map[string]any{"path": path, "mode": 644})
-	if err != nil {
-		return nil, "", err
-	}
-	for _, p := range []struct{ name, filename, ctype, data string }{
-		{"metadata", "metadata", "application/json", string(meta)},
-		{"file", path, "application/octet-stream", content},
-	} {
-		h := textproto.MIMEHeader{}
-		h.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q; filename=%q`, p.name, p.filename))
-		h.Set("Content-Type", p.ctype)
-		w, err := mw.CreatePart(h)
+	for _, f := range files {
+		meta, err := json.Marshal(map[string]any{"path": f[0], "mode": 644})
 		if err != nil {
 			return nil, "", err
 		}
-		if _, err := io.WriteString(w, p.data); err != nil {
-			return nil, "", err
+		for _, p := range []struct{ name, filename, ctype, data string }{
+			{"metadata", "metadata", "application/json", string(meta)},
+			{"file", f[0], "application/octet-stream", f[1]},
+		} {
+			h := textproto.MIMEHeader{}
+			h.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q; filename=%q`, p.name, p.filename))
+			h.Set("Content-Type", p.ctype)
+			w, err := mw.CreatePart(h)
+			if err != nil {
+				return nil, "", err
+			}
+			if _, err := io.WriteString(w, p.data); err != nil {
+				return nil, "", err
+			}
 		}
 	}
 	if err := mw.Close(); err != nil {
