@@ -557,15 +557,18 @@ func (b *bench) commandsAndFiles(ctx context.Context) (commandResult, error) {
 		if err != nil {
 			return err
 		}
-		d, err := vmRSS(daemon)
-		if err != nil {
-			return err
+		// Most of a process's RSS is the binary's pages, which every
+		// sandbox shares (one file in one volume); RssAnon is its own.
+		var rss, anon [2]int64
+		for i, pid := range []int{daemon, bridge} {
+			if rss[i], err = vmRSS(pid); err != nil {
+				return err
+			}
+			if anon[i], err = procStatus(pid, "RssAnon"); err != nil {
+				return err
+			}
 		}
-		br, err := vmRSS(bridge)
-		if err != nil {
-			return err
-		}
-		res.agentRSS = fmt.Sprintf("%s (daemon %s, bridge %s)", mib(d+br), mib(d), mib(br))
+		res.agentRSS = fmt.Sprintf("daemon %s (%s own), bridge %s (%s own)", mib(rss[0]), mib(anon[0]), mib(rss[1]), mib(anon[1]))
 		return nil
 	}(); err != nil {
 		b.progress("agent RSS: %v", err)
