@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/lifecycle"
+	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
 // fuzzHandler is the API over a Manager over the fake runtime, for fuzz
@@ -38,7 +40,7 @@ func fuzzHandler(f *testing.F) (h http.Handler, allowed, outside string) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { store.Close() })
-	rt := newFakeRuntime()
+	rt := runtimetest.New(time.Now)
 	log := slog.New(slog.DiscardHandler)
 	mgr, err := lifecycle.New(cfg, rt, store, log)
 	if err != nil {

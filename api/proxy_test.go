@@ -38,11 +38,11 @@ func TestProxyAuthorization(t *testing.T) {
 	for _, tt := range tests {
 		for _, prefix := range []string{"", "/v1"} {
 			t.Run(tt.name+" "+prefix, func(t *testing.T) {
-				before := e.rt.agentRequests()
+				before := e.agent.count()
 				r := e.do(t, "POST", prefix+"/sandboxes/"+id+"/proxy/44772"+tt.path, `{"command":"ls"}`, tt.headers)
 				if tt.code != "" {
 					wantError(t, r, tt.status, tt.code)
-					if e.rt.agentRequests() != before {
+					if e.agent.count() != before {
 						t.Error("a refused request reached the agent")
 					}
 					return
@@ -50,7 +50,7 @@ func TestProxyAuthorization(t *testing.T) {
 				if r.status != tt.status {
 					t.Fatalf("status = %d %s", r.status, r.body)
 				}
-				if e.rt.agentRequests() != before+1 {
+				if e.agent.count() != before+1 {
 					t.Fatal("the request did not reach the agent")
 				}
 			})
@@ -94,7 +94,7 @@ func TestProxyForwarding(t *testing.T) {
 			if want := `agent PUT ` + tt.wantURI + ` {"k":"v"}`; string(r.body) != want {
 				t.Errorf("agent answered %q, want %q", r.body, want)
 			}
-			got := e.rt.lastAgentRequest(t)
+			got := e.agent.last(t)
 			for _, h := range []string{lifecycle.TokenHeader, headerAPIKey, "Cookie", "Authorization"} {
 				if v := got.Header.Get(h); v != "" {
 					t.Errorf("header %s = %q reached the sandbox", h, v)

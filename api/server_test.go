@@ -126,7 +126,7 @@ func TestAuthentication(t *testing.T) {
 
 func TestHealthUnavailable(t *testing.T) {
 	e := newEnv(t, nil)
-	e.rt.pingErr = errors.New("no daemon")
+	e.rt.FailPing(errors.New("no daemon"))
 	r := e.do(t, "GET", "/health", "", nil)
 	if r.status != http.StatusServiceUnavailable || r.json(t)["status"] != "unhealthy" {
 		t.Errorf("health with the engine down = %d %s", r.status, r.body)

@@ -80,26 +80,26 @@ func TestSweepTTL(t *testing.T) {
 
 	e.clock.Advance(59 * time.Second)
 	e.m.Sweep(ctx)
-	if !e.rt.exists(expiringCID) {
+	if !e.rt.Exists(expiringCID) {
 		t.Fatal("sandbox reaped before its deadline")
 	}
 	e.clock.Advance(time.Second) // exactly at the deadline
 	e.m.Sweep(ctx)
-	if e.rt.exists(expiringCID) {
+	if e.rt.Exists(expiringCID) {
 		t.Error("expired sandbox's container not removed")
 	}
 	if _, err := e.store.Sandbox(expiring.ID); !errors.Is(err, errNoRecord) {
 		t.Errorf("expired sandbox's record kept: %v", err)
 	}
 	for _, k := range []struct{ id, cid string }{{long.ID, longCID}, {manual.ID, manualCID}} {
-		if !e.rt.exists(k.cid) {
+		if !e.rt.Exists(k.cid) {
 			t.Errorf("sandbox %s reaped early", k.id)
 		}
 	}
 	e.clock.Advance(24 * time.Hour)
 	e.m.Sweep(ctx)
-	if e.rt.exists(longCID) || !e.rt.exists(manualCID) {
-		t.Errorf("after a day: ttl sandbox exists=%v (want false), manual exists=%v (want true)", e.rt.exists(longCID), e.rt.exists(manualCID))
+	if e.rt.Exists(longCID) || !e.rt.Exists(manualCID) {
+		t.Errorf("after a day: ttl sandbox exists=%v (want false), manual exists=%v (want true)", e.rt.Exists(longCID), e.rt.Exists(manualCID))
 	}
 }
 
@@ -136,22 +136,22 @@ func TestSweepIdle(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, func(c *config.Config) { c.Lifecycle.IdleTimeout = config.Duration{Duration: 10 * time.Minute} })
-			e.rt.agent = tt.agent
+			e.rt.SetAgent(tt.agent)
 			sb, cid := e.create(t, validRequest()) // TTL 600 s + idle 600 s: TTL is not what reaps here
 			e.clock.Advance(5 * time.Minute)
 			e.m.Sweep(context.Background())
-			if !e.rt.exists(cid) {
+			if !e.rt.Exists(cid) {
 				t.Fatal("reaped before the idle deadline")
 			}
 			if _, err := e.m.Renew(context.Background(), sb.ID, e.clock.Now().Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
 			if tt.paused {
-				e.rt.set(t, cid, func(c *runtime.Container) { c.Paused, c.Status = true, "paused" })
+				e.rt.Set(t, cid, func(c *runtime.Container) { c.Paused, c.Status = true, "paused" })
 			}
 			e.clock.Advance(11 * time.Minute) // idle for at least 11 min, TTL not reached
 			e.m.Sweep(context.Background())
-			if got := e.rt.exists(cid); got != tt.keep {
+			if got := e.rt.Exists(cid); got != tt.keep {
 				t.Fatalf("container exists = %v, want %v", got, tt.keep)
 			}
 			if !tt.keep {
@@ -230,7 +230,7 @@ func TestActivity(t *testing.T) {
 			// The sweep agrees: 6 more minutes reap an idle sandbox only.
 			e.clock.Advance(6 * time.Minute)
 			e.m.Sweep(context.Background())
-			if got := e.rt.exists(cid); got != tt.activity {
+			if got := e.rt.Exists(cid); got != tt.activity {
 				t.Errorf("container exists after the sweep = %v, want %v", got, tt.activity)
 			}
 		})

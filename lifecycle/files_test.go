@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
 func TestParseMode(t *testing.T) {
@@ -77,31 +79,31 @@ func TestPutFileOpenFile(t *testing.T) {
 		t.Fatalf("PutFile: %v", err)
 	}
 	for _, d := range []string{"/work", "/work/a"} {
-		if fl, ok := e.rt.file(cid, d); !ok || !fl.dir {
+		if fl, ok := e.rt.File(cid, d); !ok || !fl.Dir {
 			t.Errorf("directory %s not created", d)
 		}
 	}
-	if fl, ok := e.rt.file(cid, "/work/a/b.txt"); !ok || string(fl.data) != "hello" || fl.mode != 0o600 {
+	if fl, ok := e.rt.File(cid, "/work/a/b.txt"); !ok || string(fl.Data) != "hello" || fl.Mode != 0o600 {
 		t.Errorf("uploaded file = %+v, %v; want hello with mode 0600", fl, ok)
 	}
 
 	// Mode 0 keeps an existing file's mode; a new file gets 0644.
-	e.rt.putFile(t, cid, "/work/run.sh", fakeFile{data: []byte("old"), mode: 0o755})
+	e.rt.PutFile(t, cid, "/work/run.sh", runtimetest.File{Data: []byte("old"), Mode: 0o755})
 	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/run.sh"}, strings.NewReader("new")); err != nil {
 		t.Fatal(err)
 	}
-	if fl, _ := e.rt.file(cid, "/work/run.sh"); fl.mode != 0o755 || string(fl.data) != "new" {
-		t.Errorf("overwritten file mode %o data %q, want 0755 new", fl.mode, fl.data)
+	if fl, _ := e.rt.File(cid, "/work/run.sh"); fl.Mode != 0o755 || string(fl.Data) != "new" {
+		t.Errorf("overwritten file mode %o data %q, want 0755 new", fl.Mode, fl.Data)
 	}
 	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/new.txt"}, strings.NewReader("")); err != nil {
 		t.Fatal(err)
 	}
-	if fl, _ := e.rt.file(cid, "/work/new.txt"); fl.mode != 0o644 {
-		t.Errorf("new file mode %o, want 0644", fl.mode)
+	if fl, _ := e.rt.File(cid, "/work/new.txt"); fl.Mode != 0o644 {
+		t.Errorf("new file mode %o, want 0644", fl.Mode)
 	}
 
-	e.rt.putFile(t, cid, "/work/link", fakeFile{link: "a/b.txt"})
-	e.rt.putFile(t, cid, "/loop", fakeFile{link: "/loop"})
+	e.rt.PutFile(t, cid, "/work/link", runtimetest.File{Link: "a/b.txt"})
+	e.rt.PutFile(t, cid, "/loop", runtimetest.File{Link: "/loop"})
 	for _, p := range []string{"/work/a/b.txt", "/work/link", "/work/./a/../a/b.txt"} {
 		f, err := e.m.OpenFile(ctx, sb.ID, p)
 		if err != nil {
@@ -181,15 +183,15 @@ func TestPutFileAnnounced(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := e.rt.puts
+			before := e.rt.Puts()
 			a := &Announced{Reader: bytes.NewReader(data), Size: tt.announced}
 			if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/big.bin"}, a); err != nil {
 				t.Fatalf("PutFile: %v", err)
 			}
-			if fl, ok := e.rt.file(cid, "/work/big.bin"); !ok || !bytes.Equal(fl.data, data) {
-				t.Errorf("uploaded file has %d bytes, want the %d sent", len(fl.data), size)
+			if fl, ok := e.rt.File(cid, "/work/big.bin"); !ok || !bytes.Equal(fl.Data, data) {
+				t.Errorf("uploaded file has %d bytes, want the %d sent", len(fl.Data), size)
 			}
-			if got := e.rt.puts - before; got != tt.puts {
+			if got := e.rt.Puts() - before; got != tt.puts {
 				t.Errorf("%d archive writes, want %d", got, tt.puts)
 			}
 		})

@@ -76,7 +76,7 @@ func TestCreateHardeningSpec(t *testing.T) {
 			req := validRequest()
 			req.Extensions = tt.ext
 			sb, cid := e.create(t, req)
-			spec := e.rt.spec(t, cid)
+			spec := e.rt.Spec(t, cid)
 			if spec.ReadOnlyRootfs != tt.wantRO || spec.User != tt.wantUser {
 				t.Errorf("spec read-only %v user %q, want %v %q", spec.ReadOnlyRootfs, spec.User, tt.wantRO, tt.wantUser)
 			}
@@ -101,7 +101,7 @@ func TestCreateHardeningSpec(t *testing.T) {
 func TestReadOnlyFilesGoThroughAgent(t *testing.T) {
 	e := newEnv(t, nil)
 	dir := t.TempDir()
-	e.rt.agent = agent.Handler(agent.Options{TempDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	e.rt.SetAgent(agent.Handler(agent.Options{TempDir: dir, Logger: slog.New(slog.DiscardHandler)}))
 	req := validRequest()
 	req.Extensions = map[string]string{ExtReadOnlyRootfs: "true"}
 	sb, cid := e.create(t, req)
@@ -118,7 +118,7 @@ func TestReadOnlyFilesGoThroughAgent(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %o, want 0600", st.Mode().Perm())
 	}
-	if _, ok := e.rt.file(cid, target); ok {
+	if _, ok := e.rt.File(cid, target); ok {
 		t.Error("the upload went through the archive API")
 	}
 

@@ -221,7 +221,7 @@ func TestExpiryScenarios(t *testing.T) {
 			sb, cid := e.create(t, req)
 			for i, s := range tt.steps {
 				e.clock.Advance(s.advance)
-				e.rt.agent = agent(0)
+				e.rt.SetAgent(agent(0))
 				var renewed time.Time
 				var err error
 				switch s.op {
@@ -238,7 +238,7 @@ func TestExpiryScenarios(t *testing.T) {
 				case opRenew:
 					renewed, err = e.m.Renew(ctx, sb.ID, e.clock.Now().Add(s.arg))
 				case opSweepBusy:
-					e.rt.agent = agent(1)
+					e.rt.SetAgent(agent(1))
 					e.m.Sweep(ctx)
 				case opSweep:
 					e.m.Sweep(ctx)
@@ -254,8 +254,8 @@ func TestExpiryScenarios(t *testing.T) {
 				got, err := e.m.Get(ctx, sb.ID)
 				switch {
 				case s.want == gone:
-					if e.rt.exists(cid) || !isNotFound(err) {
-						t.Fatalf("step %d: container exists=%v, Get error %v; want the sandbox reaped", i, e.rt.exists(cid), err)
+					if e.rt.Exists(cid) || !isNotFound(err) {
+						t.Fatalf("step %d: container exists=%v, Get error %v; want the sandbox reaped", i, e.rt.Exists(cid), err)
 					}
 				case err != nil:
 					t.Fatalf("step %d: Get: %v", i, err)
@@ -285,14 +285,14 @@ func TestSweepSeesLateActivity(t *testing.T) {
 		e := newEnv(t, func(c *config.Config) { c.Lifecycle.IdleTimeout = config.Duration{Duration: time.Minute} })
 		sb, cid := e.create(t, validRequest())
 		e.clock.Advance(2 * time.Minute)
-		e.rt.agent = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.rt.SetAgent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if late {
 				e.m.Touch(sb.ID)
 			}
 			_, _ = io.WriteString(w, `{"running":0}`)
-		})
+		}))
 		e.m.Sweep(context.Background())
-		if got := e.rt.exists(cid); got != late {
+		if got := e.rt.Exists(cid); got != late {
 			t.Errorf("request during the busy check = %v: container exists = %v, want %v", late, got, late)
 		}
 	}

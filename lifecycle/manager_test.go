@@ -113,8 +113,9 @@ func TestCreateValidation(t *testing.T) {
 		})
 	}
 	recs, _ := e.store.Sandboxes()
-	if len(recs) != 0 || len(e.rt.containers) != 0 {
-		t.Errorf("invalid requests left %d records and %d containers", len(recs), len(e.rt.containers))
+	containers, _ := e.rt.List(context.Background(), nil)
+	if len(recs) != 0 || len(containers) != 0 {
+		t.Errorf("invalid requests left %d records and %d containers", len(recs), len(containers))
 	}
 }
 
@@ -141,7 +142,7 @@ func TestCreateSpec(t *testing.T) {
 		t.Errorf("image %+v entrypoint %v", sb.Image, sb.Entrypoint)
 	}
 
-	spec := e.rt.spec(t, cid)
+	spec := e.rt.Spec(t, cid)
 	if spec.Name != "sandbox-"+sb.ID || spec.Image != "busybox:latest" || !slices.Equal(spec.Cmd, req.Entrypoint) {
 		t.Errorf("spec name %q image %q cmd %v", spec.Name, spec.Image, spec.Cmd)
 	}
@@ -270,21 +271,21 @@ func TestCreateVariants(t *testing.T) {
 				tt.edit(&req)
 			}
 			sb, cid := e.create(t, req)
-			tt.check(t, sb, e.rt.spec(t, cid))
+			tt.check(t, sb, e.rt.Spec(t, cid))
 		})
 	}
 }
 
 func TestCreateFailureCleansUp(t *testing.T) {
 	e := newEnv(t, nil)
-	e.rt.createErr = errors.New("boom")
+	e.rt.FailCreate(errors.New("boom"))
 	_, err := e.m.Create(context.Background(), validRequest())
 	wantCode(t, err, KindInternal, CodeStartFailed)
 	if recs, _ := e.store.Sandboxes(); len(recs) != 0 {
 		t.Errorf("failed create left records: %+v", recs)
 	}
 
-	e.rt.createErr = runtime.ErrUnavailable
+	e.rt.FailCreate(runtime.ErrUnavailable)
 	_, err = e.m.Create(context.Background(), validRequest())
 	wantCode(t, err, KindUnavailable, CodeDockerUnavailable)
 }
@@ -318,7 +319,7 @@ func TestGetStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sb, cid := e.create(t, validRequest())
-			e.rt.set(t, cid, tt.set)
+			e.rt.Set(t, cid, tt.set)
 			got, err := e.m.Get(context.Background(), sb.ID)
 			if err != nil {
 				t.Fatal(err)
@@ -371,11 +372,11 @@ func TestList(t *testing.T) {
 		all = append(all, made{sb.ID, cid})
 		e.clock.Advance(time.Second)
 	}
-	e.rt.set(t, all[1].cid, func(c *runtime.Container) { c.Paused, c.Status = true, "paused" })
-	e.rt.set(t, all[2].cid, func(c *runtime.Container) { c.Running, c.Status, c.ExitCode = false, "exited", 1 })
-	e.rt.set(t, all[3].cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+	e.rt.Set(t, all[1].cid, func(c *runtime.Container) { c.Paused, c.Status = true, "paused" })
+	e.rt.Set(t, all[2].cid, func(c *runtime.Container) { c.Running, c.Status, c.ExitCode = false, "exited", 1 })
+	e.rt.Set(t, all[3].cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
 	// Noise: another instance's container, and a record whose container vanished.
-	e.rt.add(runtime.Container{Labels: map[string]string{LabelID: "foreign", LabelInstance: "other"}, Status: "running", Running: true})
+	e.rt.Add(runtime.Container{Labels: map[string]string{LabelID: "foreign", LabelInstance: "other"}, Status: "running", Running: true})
 	if err := e.store.PutSandbox(&Record{ID: "ghost", State: recordReady, ContainerID: "gone", CreatedAt: e.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +564,7 @@ func TestPauseResume(t *testing.T) {
 	if got, _ := e.m.Get(ctx, sb.ID); got.Status.State != "Running" {
 		t.Errorf("after resume state = %s", got.Status.State)
 	}
-	e.rt.set(t, cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+	e.rt.Set(t, cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
 	wantCode(t, e.m.Pause(ctx, sb.ID), KindConflict, CodeNotRunning)
 	wantCode(t, e.m.Resume(ctx, sb.ID), KindConflict, CodeNotPaused)
 	wantCode(t, e.m.Pause(ctx, "nope"), KindNotFound, CodeSandboxNotFound)
@@ -657,16 +658,16 @@ func TestDelete(t *testing.T) {
 	req.Volumes = []Volume{{Name: "c", MountPath: "/c", PVC: &PVC{ClaimName: "scratch", DeleteOnSandboxTermination: true}}}
 	sb, cid := e.create(t, req)
 	keep, keepCID := e.create(t, validRequest())
-	if _, ok := e.rt.volumes["scratch"]; !ok {
+	if !e.rt.HasVolume("scratch") {
 		t.Fatal("named volume not created")
 	}
 	if err := e.m.Delete(ctx, sb.ID); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	if e.rt.exists(cid) {
+	if e.rt.Exists(cid) {
 		t.Error("container still exists")
 	}
-	if _, ok := e.rt.volumes["scratch"]; ok {
+	if e.rt.HasVolume("scratch") {
 		t.Error("managed volume not removed")
 	}
 	if _, err := e.store.Sandbox(sb.ID); !errors.Is(err, errNoRecord) {
@@ -675,7 +676,7 @@ func TestDelete(t *testing.T) {
 	_, err := e.m.Get(ctx, sb.ID)
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 	wantCode(t, e.m.Delete(ctx, sb.ID), KindNotFound, CodeSandboxNotFound)
-	if _, err := e.m.Get(ctx, keep.ID); err != nil || !e.rt.exists(keepCID) {
+	if _, err := e.m.Get(ctx, keep.ID); err != nil || !e.rt.Exists(keepCID) {
 		t.Errorf("the other sandbox was affected: %v", err)
 	}
 	// A container already gone is not an error for Delete.
@@ -690,9 +691,9 @@ func TestDelete(t *testing.T) {
 func TestTransport(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	e.rt.agent = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.rt.SetAgent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "agent:"+r.URL.Path)
-	})
+	}))
 	sb, cid := e.create(t, validRequest())
 	rt, err := e.m.Transport(ctx, sb.ID)
 	if err != nil {
@@ -709,7 +710,7 @@ func TestTransport(t *testing.T) {
 		t.Errorf("agent answered %q", body)
 	}
 
-	e.rt.set(t, cid, func(c *runtime.Container) { c.Paused, c.Status = true, "paused" })
+	e.rt.Set(t, cid, func(c *runtime.Container) { c.Paused, c.Status = true, "paused" })
 	_, err = e.m.Transport(ctx, sb.ID)
 	wantCode(t, err, KindConflict, CodeNotRunning)
 
@@ -736,12 +737,12 @@ func TestReconcile(t *testing.T) {
 	future := now.Add(time.Hour)
 	past := now.Add(-time.Minute)
 
-	orphan := e.rt.add(running("orphan", inst))      // ours, no record
-	halfMade := e.rt.add(running("half", inst))      // ours, record still creating
-	foreign := e.rt.add(running("foreign", "other")) // another instance, no record
-	adopted := e.rt.add(running("adopted", inst))    // ours, ready record
-	expired := e.rt.add(running("expired", inst))    // ours, ready but expired while down
-	unlabelled := e.rt.add(runtime.Container{Status: "running", Running: true})
+	orphan := e.rt.Add(running("orphan", inst))      // ours, no record
+	halfMade := e.rt.Add(running("half", inst))      // ours, record still creating
+	foreign := e.rt.Add(running("foreign", "other")) // another instance, no record
+	adopted := e.rt.Add(running("adopted", inst))    // ours, ready record
+	expired := e.rt.Add(running("expired", inst))    // ours, ready but expired while down
+	unlabelled := e.rt.Add(runtime.Container{Status: "running", Running: true})
 	for _, r := range []*Record{
 		{ID: "half", State: recordCreating, ContainerID: halfMade, CreatedAt: now},
 		{ID: "adopted", State: recordReady, ContainerID: adopted, CreatedAt: now, ExpiresAt: &future},
@@ -768,7 +769,7 @@ func TestReconcile(t *testing.T) {
 		{"unlabelled", unlabelled, true},
 	}
 	for _, c := range containers {
-		if got := e.rt.exists(c.id); got != c.keep {
+		if got := e.rt.Exists(c.id); got != c.keep {
 			t.Errorf("container %s exists = %v, want %v", c.name, got, c.keep)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
 // poolEnv is a testEnv with the given config pools and an agent that
@@ -19,7 +20,7 @@ import (
 func poolEnv(t *testing.T, pools ...config.Pool) *testEnv {
 	t.Helper()
 	e := newEnv(t, func(c *config.Config) { c.Pools = pools })
-	e.rt.agent = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	e.rt.SetAgent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	return e
 }
 
@@ -188,7 +189,7 @@ func TestPoolEmptyFallsBackToColdCreate(t *testing.T) {
 	e := poolEnv(t, busyboxPool("warm", 1)) // never filled: no RunPools
 	req := CreateRequest{Image: &ImageSpec{URI: "ignored:latest"}, Extensions: map[string]string{ExtPoolRef: "warm"}}
 	sb, cid := e.create(t, req)
-	spec := e.rt.spec(t, cid)
+	spec := e.rt.Spec(t, cid)
 	if spec.Image != "busybox:latest" || !slices.Equal(spec.Cmd, []string{"sleep", "infinity"}) || spec.MemoryBytes != 512<<20 || !slices.Equal(spec.Env, []string{"A=1"}) {
 		t.Errorf("cold create from pool spec = image %s cmd %v memory %d env %v", spec.Image, spec.Cmd, spec.MemoryBytes, spec.Env)
 	}
@@ -251,14 +252,14 @@ func TestPoolClaimSkipsDeadMember(t *testing.T) {
 	e.m.pools.mu.Lock()
 	first := e.m.pools.byName["warm"].idle[0]
 	e.m.pools.mu.Unlock()
-	e.rt.set(t, first.cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+	e.rt.Set(t, first.cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
 	req := validRequest()
 	req.Extensions = map[string]string{ExtPoolRef: "warm"}
 	_, cid := e.create(t, req)
 	if cid == first.cid {
 		t.Fatal("claimed a member whose container exited")
 	}
-	if e.rt.exists(first.cid) {
+	if e.rt.Exists(first.cid) {
 		t.Error("the dead member was not removed")
 	}
 }
@@ -270,7 +271,7 @@ func TestPoolCheckReplacesDeadMembers(t *testing.T) {
 	p := e.m.pools.byName["warm"]
 	dead := p.idle[1]
 	e.m.pools.mu.Unlock()
-	e.rt.set(t, dead.cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+	e.rt.Set(t, dead.cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
 	e.m.checkPool(context.Background(), p)
 	if st := e.poolStatus(t, "warm"); st.Available != 1 {
 		t.Errorf("after check: %d available, want 1", st.Available)
@@ -288,7 +289,7 @@ func TestPoolAdoptAfterRestart(t *testing.T) {
 	e.fillPool(t, "gone")
 	ctx := context.Background()
 	kept := e.members(t, "warm")
-	stale := e.rt.add(runtime.Container{Status: "running", Running: true, Labels: map[string]string{
+	stale := e.rt.Add(runtime.Container{Status: "running", Running: true, Labels: map[string]string{
 		LabelID: "stale", LabelInstance: e.m.Instance(), LabelPool: "warm", LabelPoolRevision: "old",
 	}})
 	gone := e.members(t, "gone")
@@ -307,7 +308,7 @@ func TestPoolAdoptAfterRestart(t *testing.T) {
 		t.Errorf("members after restart = %v, want the adopted %v", got, kept)
 	}
 	for _, id := range append(gone, stale) {
-		if e.rt.exists(id) {
+		if e.rt.Exists(id) {
 			t.Errorf("stale member %s survived the restart", id)
 		}
 	}
@@ -445,7 +446,7 @@ func TestConfigPoolErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer store.Close()
-			if _, err := New(cfg, newFakeRuntime(), store, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), `pool[0] "p"`) {
+			if _, err := New(cfg, runtimetest.New(time.Now), store, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), `pool[0] "p"`) {
 				t.Errorf("New = %v, want an error naming pool[0]", err)
 			}
 		})

@@ -156,12 +156,14 @@ func TestPrepareVolumes(t *testing.T) {
 				c.Storage.AllowedVolumes = tt.allowedVols
 			})
 			for name, labels := range tt.existing {
-				e.rt.volumes[name] = labels
+				if _, _, err := e.rt.EnsureVolume(context.Background(), name, true, labels); err != nil {
+					t.Fatal(err)
+				}
 			}
 			pv, err := e.m.prepareVolumes(context.Background(), tt.vols)
 			if tt.code != "" {
 				wantCode(t, err, KindInvalid, tt.code)
-				if _, ok := e.rt.volumes["early"]; ok {
+				if e.rt.HasVolume("early") {
 					t.Error("a volume was created although the request was invalid")
 				}
 				return

@@ -1,0 +1,104 @@
+package lifecycle
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/runtime/runtimetest"
+)
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// testEnv is a Manager over a fake runtime, a temp store and a fake clock.
+type testEnv struct {
+	m     *Manager
+	rt    *runtimetest.Runtime
+	store *Store
+	clock *fakeClock
+	cfg   config.Config
+}
+
+// testConfig is the default config with a store in a temp dir.
+func testConfig(t *testing.T) config.Config {
+	cfg := config.Default()
+	cfg.Store.Dir = t.TempDir()
+	return cfg
+}
+
+// newEnv builds a testEnv; edit adjusts the config first.
+func newEnv(t *testing.T, edit func(*config.Config)) *testEnv {
+	t.Helper()
+	cfg := testConfig(t)
+	if edit != nil {
+		edit(&cfg)
+	}
+	store, err := OpenStore(cfg.Store.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	clock := &fakeClock{t: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
+	rt := runtimetest.New(clock.Now)
+	m, err := New(cfg, rt, store, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.now = clock.Now
+	return &testEnv{m: m, rt: rt, store: store, clock: clock, cfg: cfg}
+}
+
+// validRequest is a create request that passes validation.
+func validRequest() CreateRequest {
+	timeout := 600
+	return CreateRequest{
+		Image:      &ImageSpec{URI: "busybox:latest"},
+		Entrypoint: []string{"tail", "-f", "/dev/null"},
+		Timeout:    &timeout,
+	}
+}
+
+// create makes a sandbox and returns it with its container id.
+func (e *testEnv) create(t *testing.T, req CreateRequest) (*Sandbox, string) {
+	t.Helper()
+	sb, err := e.m.Create(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	rec, err := e.store.Sandbox(sb.ID)
+	if err != nil {
+		t.Fatalf("record of %s: %v", sb.ID, err)
+	}
+	return sb, rec.ContainerID
+}
+
+// wantCode fails unless err is a lifecycle *Error of the given kind and code.
+func wantCode(t *testing.T, err error, kind Kind, code string) {
+	t.Helper()
+	e, ok := AsError(err)
+	if !ok {
+		t.Fatalf("error = %v (%T), want *Error %s", err, err, code)
+	}
+	if e.Kind != kind || e.Code != code {
+		t.Fatalf("error = kind %d code %s (%s), want kind %d code %s", e.Kind, e.Code, e.Message, kind, code)
+	}
+}

@@ -1,0 +1,465 @@
+// Package runtimetest provides an in-memory runtime.Runtime for the unit
+// tests of the packages above runtime, as net/http/httptest does for HTTP
+// servers: enough of Docker to drive lifecycle and api without a daemon.
+// Only tests import it.
+package runtimetest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// File is one entry of a fake container's filesystem.
+type File struct {
+	Data    []byte
+	Mode    os.FileMode // permission bits only
+	Dir     bool
+	Link    string // symlink target
+	ModTime time.Time
+}
+
+// container is a container held in memory.
+type container struct {
+	c     runtime.Container
+	spec  runtime.Spec
+	files map[string]*File // by absolute path
+}
+
+// Runtime is an in-memory runtime.Runtime. Its containers run nothing:
+// their agent is a handler the test sets, and their filesystem is a map the
+// archive methods read and write as Docker's do.
+type Runtime struct {
+	mu         sync.Mutex
+	now        func() time.Time
+	containers map[string]*container        // by id
+	volumes    map[string]map[string]string // labels by name
+	puts       int                          // PutArchive calls
+	agent      http.Handler
+	createErr  error
+	pingErr    error
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New returns an empty runtime that stamps containers' creation with now,
+// so that tests on a fake clock see consistent times. Its agent answers
+// 404 until SetAgent.
+func New(now func() time.Time) *Runtime {
+	return &Runtime{
+		now:        now,
+		containers: map[string]*container{},
+		volumes:    map[string]map[string]string{},
+		agent:      http.NotFoundHandler(),
+	}
+}
+
+func newID() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func newContainer(c runtime.Container, spec runtime.Spec) *container {
+	return &container{c: c, spec: spec, files: map[string]*File{"/": {Dir: true, Mode: 0o755}}}
+}
+
+// lookup finds a container by id or name; callers hold mu.
+func (f *Runtime) lookup(ref string) (*container, error) {
+	if c, ok := f.containers[ref]; ok {
+		return c, nil
+	}
+	for _, c := range f.containers {
+		if c.c.Name == ref {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("container %s: %w", ref, runtime.ErrNotFound)
+}
+
+// with runs fn on a container under the lock, unless there is no such
+// container.
+func (f *Runtime) with(ref string, fn func(*container) error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := f.lookup(ref)
+	if err != nil {
+		return err
+	}
+	return fn(c)
+}
+
+// mustWith is with for test helpers, which fail the test on an unknown
+// container.
+func (f *Runtime) mustWith(t testing.TB, ref string, fn func(*container)) {
+	t.Helper()
+	if err := f.with(ref, func(c *container) error { fn(c); return nil }); err != nil {
+		t.Fatalf("runtimetest: %v", err)
+	}
+}
+
+// file returns a copy of a container's file at p.
+func (f *Runtime) file(id, p string) (File, error) {
+	var out File
+	err := f.with(id, func(c *container) error {
+		fl, ok := c.files[p]
+		if !ok {
+			return fmt.Errorf("%s: %w", p, runtime.ErrNotFound)
+		}
+		out = *fl
+		return nil
+	})
+	return out, err
+}
+
+// Add puts a container in directly, as if made behind the caller's back,
+// and returns its id (c.ID, or a new one if empty).
+func (f *Runtime) Add(c runtime.Container) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c.ID == "" {
+		c.ID = newID()
+	}
+	f.containers[c.ID] = newContainer(c, runtime.Spec{})
+	return c.ID
+}
+
+// Set changes a container's state, as a crash or an outside pause would.
+func (f *Runtime) Set(t testing.TB, id string, change func(*runtime.Container)) {
+	t.Helper()
+	f.mustWith(t, id, func(c *container) { change(&c.c) })
+}
+
+// Spec returns the spec a container was created with, to check what the
+// engine was asked for.
+func (f *Runtime) Spec(t testing.TB, id string) runtime.Spec {
+	t.Helper()
+	var spec runtime.Spec
+	f.mustWith(t, id, func(c *container) { spec = c.spec })
+	return spec
+}
+
+// Exists reports whether a container is still there (not removed).
+func (f *Runtime) Exists(id string) bool {
+	return f.with(id, func(*container) error { return nil }) == nil
+}
+
+// PutFile places a file in a container directly, for what the archive API
+// cannot write (symlinks) or to set up a file without going through it.
+func (f *Runtime) PutFile(t testing.TB, id, p string, fl File) {
+	t.Helper()
+	f.mustWith(t, id, func(c *container) { c.files[p] = &fl })
+}
+
+// File returns a container's file at p, to check what was written.
+func (f *Runtime) File(id, p string) (File, bool) {
+	fl, err := f.file(id, p)
+	return fl, err == nil
+}
+
+// Puts is the number of PutArchive calls so far, to check how many times
+// an upload was written.
+func (f *Runtime) Puts() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.puts
+}
+
+// HasVolume reports whether the named volume exists, to check that it was
+// created or removed.
+func (f *Runtime) HasVolume(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.volumes[name]
+	return ok
+}
+
+// SetAgent makes h serve the agent of every running container. The handler
+// is looked up per request, so it may change while sandboxes are being
+// created (their agent warm-up runs concurrently).
+func (f *Runtime) SetAgent(h http.Handler) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.agent = h
+}
+
+// FailCreate makes Create fail with err, or succeed again if err is nil.
+func (f *Runtime) FailCreate(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.createErr = err
+}
+
+// FailPing makes Ping fail with err, as an engine that does not answer,
+// or succeed again if err is nil.
+func (f *Runtime) FailPing(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pingErr = err
+}
+
+func (f *Runtime) Ping(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pingErr
+}
+
+// EnsureImage and ImageExists have every image.
+func (f *Runtime) EnsureImage(context.Context, string, *runtime.RegistryAuth, string, func(string)) error {
+	return nil
+}
+
+func (f *Runtime) ImageExists(context.Context, string) (bool, error) { return true, nil }
+
+func (f *Runtime) Create(_ context.Context, spec runtime.Spec) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.createErr != nil {
+		return "", f.createErr
+	}
+	if _, err := f.lookup(spec.Name); err == nil {
+		return "", fmt.Errorf("name %s in use: %w", spec.Name, runtime.ErrConflict)
+	}
+	id := newID()
+	f.containers[id] = newContainer(runtime.Container{
+		ID: id, Name: spec.Name, Image: spec.Image, Labels: maps.Clone(spec.Labels),
+		Cmd: spec.Cmd, Created: f.now(), Status: "created",
+	}, spec)
+	return id, nil
+}
+
+func (f *Runtime) Start(_ context.Context, id string) error {
+	return f.with(id, func(c *container) error {
+		c.c.Status, c.c.Running = "running", true
+		return nil
+	})
+}
+
+func (f *Runtime) Inspect(_ context.Context, id string) (runtime.Container, error) {
+	var out runtime.Container
+	err := f.with(id, func(c *container) error {
+		out = c.c
+		out.Labels = maps.Clone(c.c.Labels)
+		return nil
+	})
+	return out, err
+}
+
+// List returns summaries, which (as Docker's) lack the exit code and OOM flag.
+func (f *Runtime) List(_ context.Context, labels map[string]string) ([]runtime.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []runtime.Container
+	for _, c := range f.containers {
+		match := true
+		for k, v := range labels {
+			got, ok := c.c.Labels[k]
+			if !ok || (v != "" && got != v) {
+				match = false
+			}
+		}
+		if match {
+			s := c.c
+			s.Labels = maps.Clone(c.c.Labels)
+			s.ExitCode, s.OOMKilled = 0, false
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (f *Runtime) Remove(_ context.Context, id string) error {
+	return f.with(id, func(c *container) error {
+		delete(f.containers, c.c.ID)
+		return nil
+	})
+}
+
+// Pause, like Docker's, refuses a container that is not running or
+// already paused.
+func (f *Runtime) Pause(_ context.Context, id string) error {
+	return f.with(id, func(c *container) error {
+		if !c.c.Running || c.c.Paused {
+			return fmt.Errorf("pause %s: %w", id, runtime.ErrConflict)
+		}
+		c.c.Paused, c.c.Status = true, "paused"
+		return nil
+	})
+}
+
+// Unpause, like Docker's, refuses a container that is not paused.
+func (f *Runtime) Unpause(_ context.Context, id string) error {
+	return f.with(id, func(c *container) error {
+		if !c.c.Paused {
+			return fmt.Errorf("unpause %s: %w", id, runtime.ErrConflict)
+		}
+		c.c.Paused, c.c.Status = false, "running"
+		return nil
+	})
+}
+
+// Commit and RemoveImage succeed without keeping images.
+func (f *Runtime) Commit(context.Context, string, string) error { return nil }
+
+func (f *Runtime) RemoveImage(context.Context, string) error { return nil }
+
+// Logs is the same one line for every container.
+func (f *Runtime) Logs(context.Context, string, int, time.Time) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader("hello from the sandbox\n")), nil
+}
+
+// PutArchive extracts a tar stream into the container's file map, like
+// Docker: the target directory must exist.
+func (f *Runtime) PutArchive(_ context.Context, id, dir string, r io.Reader) error {
+	f.mu.Lock()
+	f.puts++
+	f.mu.Unlock()
+	return f.with(id, func(c *container) error {
+		if d, ok := c.files[dir]; !ok || !d.Dir {
+			return fmt.Errorf("put archive into %s: %w", dir, runtime.ErrNotFound)
+		}
+		tr := tar.NewReader(r)
+		for {
+			hdr, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			p := path.Join(dir, hdr.Name)
+			switch hdr.Typeflag {
+			case tar.TypeDir:
+				c.files[p] = &File{Dir: true, Mode: os.FileMode(hdr.Mode).Perm(), ModTime: hdr.ModTime}
+			case tar.TypeReg:
+				data, err := io.ReadAll(tr)
+				if err != nil {
+					return err
+				}
+				c.files[p] = &File{Data: data, Mode: os.FileMode(hdr.Mode).Perm(), ModTime: hdr.ModTime}
+			}
+		}
+	})
+}
+
+func (f *Runtime) GetArchive(_ context.Context, id, p string) (io.ReadCloser, runtime.PathStat, error) {
+	fl, err := f.file(id, p)
+	if err != nil {
+		return nil, runtime.PathStat{}, err
+	}
+	var buf bytes.Buffer
+	if err := fl.archive(&buf, path.Base(p)); err != nil {
+		return nil, runtime.PathStat{}, err
+	}
+	return io.NopCloser(&buf), fl.stat(p), nil
+}
+
+// archive writes fl as a one-entry tar, as Docker sends a path.
+func (fl *File) archive(w io.Writer, name string) error {
+	tw := tar.NewWriter(w)
+	hdr := &tar.Header{Name: name, Mode: int64(fl.Mode), ModTime: fl.ModTime}
+	switch {
+	case fl.Dir:
+		hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+	case fl.Link != "":
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, fl.Link
+	default:
+		hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(fl.Data))
+	}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	if hdr.Typeflag == tar.TypeReg {
+		if _, err := tw.Write(fl.Data); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+func (fl *File) stat(p string) runtime.PathStat {
+	mode := fl.Mode
+	switch {
+	case fl.Dir:
+		mode |= os.ModeDir
+	case fl.Link != "":
+		mode |= os.ModeSymlink
+	}
+	return runtime.PathStat{Name: path.Base(p), Size: int64(len(fl.Data)), Mode: mode, Mtime: fl.ModTime, IsDir: fl.Dir}
+}
+
+func (f *Runtime) StatPath(_ context.Context, id, p string) (runtime.PathStat, error) {
+	fl, err := f.file(id, p)
+	if err != nil {
+		return runtime.PathStat{}, err
+	}
+	return fl.stat(p), nil
+}
+
+// Agent serves requests with the handler of SetAgent, in process; only
+// running containers have an agent.
+func (f *Runtime) Agent(_ context.Context, id string) (http.RoundTripper, error) {
+	err := f.with(id, func(c *container) error {
+		if !c.c.Running || c.c.Paused {
+			return fmt.Errorf("agent of %s: %w", id, runtime.ErrConflict)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return agentTransport{f}, nil
+}
+
+// agentTransport calls the runtime's current agent handler in process.
+type agentTransport struct{ f *Runtime }
+
+func (t agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.f.mu.Lock()
+	h := t.f.agent
+	t.f.mu.Unlock()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Result(), nil
+}
+
+func (f *Runtime) EnsureVolume(_ context.Context, name string, create bool, labels map[string]string) (bool, map[string]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l, ok := f.volumes[name]; ok {
+		return false, l, nil
+	}
+	if !create {
+		return false, nil, fmt.Errorf("volume %s: %w", name, runtime.ErrNotFound)
+	}
+	f.volumes[name] = maps.Clone(labels)
+	return true, labels, nil
+}
+
+func (f *Runtime) RemoveVolume(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.volumes[name]; !ok {
+		return fmt.Errorf("volume %s: %w", name, runtime.ErrNotFound)
+	}
+	delete(f.volumes, name)
+	return nil
+}
+
+func (f *Runtime) Close() error { return nil }
