@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,8 +12,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
 // FuzzParseQuantity checks ParseMemory and ParseCPU: no panic, results in
@@ -155,7 +158,7 @@ func FuzzCheckHostPath(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { store.Close() })
-	m := &Manager{cfg: cfg, store: store}
+	m := &Manager{cfg: cfg, store: store, rt: runtimetest.New(time.Now)}
 
 	for _, rel := range []string{"allowed", "allowed/new/dir", "allowed/escape", "allowed/escape/x", "allowed/state", "allowed/state/x", "allowed/../outside/y", "allowed//z", "allowed/", "outside/q", "alias", "alias/w", "allowed2"} {
 		f.Add("ROOT/" + rel)
@@ -167,7 +170,7 @@ func FuzzCheckHostPath(f *testing.F) {
 		p = strings.ReplaceAll(p, "ROOT", root)
 		_, statErr := os.Lstat(p)
 		existed := statErr == nil
-		got, err := m.checkHostPath("v", p)
+		got, err := m.checkHostPath(context.Background(), "v", p)
 		if err != nil {
 			var e *Error
 			if !errors.As(err, &e) || (e.Code != CodeVolInvalidHostPath && e.Code != CodeVolHostNotAllowed) {

@@ -64,6 +64,9 @@ type Manager struct {
 
 	mu       sync.Mutex
 	activity map[string]time.Time // last activity by sandbox id, not yet persisted
+
+	engineMu    sync.Mutex
+	enginePaths []string // the engine's own host paths, once known
 }
 
 // New returns a Manager. The instance id comes from the config or is made

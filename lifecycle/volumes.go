@@ -53,10 +53,27 @@ func resolveExisting(p string) (string, error) {
 	}
 }
 
+// engineHostPaths returns where this engine keeps its data and socket, as
+// the runtime reports them. They are asked for once (the first time a host
+// path is mounted) and kept; until the engine answers, no host path can be
+// mounted.
+func (m *Manager) engineHostPaths(ctx context.Context) ([]string, error) {
+	m.engineMu.Lock()
+	defer m.engineMu.Unlock()
+	if m.enginePaths == nil {
+		paths, err := m.rt.EnginePaths(ctx)
+		if err != nil {
+			return nil, m.engineError(err, "ask the engine where it keeps its data")
+		}
+		m.enginePaths = append([]string{}, paths...)
+	}
+	return m.enginePaths, nil
+}
+
 // checkHostPath validates a bind-mount source against the allow-list after
 // symlink resolution and creates it if missing. It never creates anything
 // outside an allowed prefix.
-func (m *Manager) checkHostPath(name, p string) (string, error) {
+func (m *Manager) checkHostPath(ctx context.Context, name, p string) (string, error) {
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.Contains(p, "\x00") {
 		return "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q must be absolute and normalised (no '..', '//' or trailing '/')", name, p)
 	}
@@ -64,7 +81,11 @@ func (m *Manager) checkHostPath(name, p string) (string, error) {
 	if err != nil {
 		return "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q cannot be resolved: %v", name, p, err)
 	}
-	forbidden := append(slices.Clone(forbiddenHostPaths), m.cfg.Store.Dir)
+	engine, err := m.engineHostPaths(ctx)
+	if err != nil {
+		return "", err
+	}
+	forbidden := append(slices.Concat(forbiddenHostPaths, engine), m.cfg.Store.Dir)
 	for _, f := range forbidden {
 		rf, err := resolveExisting(f)
 		if err != nil {
@@ -142,12 +163,12 @@ func (m *Manager) addVolumes(ctx context.Context, vols []Volume, pv *preparedVol
 	for _, v := range vols {
 		switch {
 		case v.Host != nil:
-			src, err := m.checkHostPath(v.Name, v.Host.Path)
+			src, err := m.checkHostPath(ctx, v.Name, v.Host.Path)
 			if err != nil {
 				return err
 			}
 			if v.SubPath != "" {
-				src, err = m.checkHostPath(v.Name, filepath.Join(src, v.SubPath))
+				src, err = m.checkHostPath(ctx, v.Name, filepath.Join(src, v.SubPath))
 				if err != nil {
 					return err
 				}

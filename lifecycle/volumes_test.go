@@ -74,7 +74,7 @@ func TestCheckHostPath(t *testing.T) {
 					c.Store.Dir = tt.store
 				}
 			})
-			got, err := e.m.checkHostPath("v", tt.path)
+			got, err := e.m.checkHostPath(context.Background(), "v", tt.path)
 			if tt.code != "" {
 				wantCode(t, err, KindInvalid, tt.code)
 			} else {
@@ -94,6 +94,30 @@ func TestCheckHostPath(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An engine that keeps its data or socket somewhere else is protected by
+// where it says it keeps them, not only by Docker's default paths.
+func TestCheckHostPathEnginePaths(t *testing.T) {
+	dir := t.TempDir()
+	data, sock := filepath.Join(dir, "docker-data"), filepath.Join(dir, "run", "engine.sock")
+	e := newEnv(t, func(c *config.Config) { c.Storage.AllowedHostPaths = []string{dir} })
+	e.rt.SetEnginePaths(data, sock)
+	ctx := context.Background()
+	for _, p := range []string{data, filepath.Join(data, "volumes"), sock, filepath.Join(dir, "run"), dir} {
+		_, err := e.m.checkHostPath(ctx, "v", p)
+		wantCode(t, err, KindInvalid, CodeVolHostNotAllowed)
+	}
+	if _, err := e.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err != nil {
+		t.Errorf("a path beside the engine's: %v", err)
+	}
+
+	// Until the engine says where it keeps them, no host path is mounted.
+	e2 := newEnv(t, func(c *config.Config) { c.Storage.AllowedHostPaths = []string{dir} })
+	e2.rt.FailPing(runtime.ErrUnavailable)
+	if _, err := e2.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err == nil {
+		t.Error("a host path was accepted while the engine could not say where it keeps its data")
 	}
 }
 

@@ -24,6 +24,10 @@ var (
 type Runtime interface {
 	// Ping reports whether the engine answers.
 	Ping(ctx context.Context) error
+	// EnginePaths returns the host paths through which a container could
+	// take the engine over: its data directory and its socket, wherever
+	// this engine keeps them.
+	EnginePaths(ctx context.Context) ([]string, error)
 	// EnsureImage makes ref available locally, pulling it if absent.
 	// progress receives human-readable pull progress lines.
 	EnsureImage(ctx context.Context, ref string, auth *RegistryAuth, platform string, progress func(string)) error

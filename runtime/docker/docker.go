@@ -116,6 +116,25 @@ func (d *Docker) Ping(ctx context.Context) error {
 	return nil
 }
 
+// EnginePaths implements runtime.Runtime: Docker's root directory and,
+// for a local daemon, its socket.
+func (d *Docker) EnginePaths(ctx context.Context) ([]string, error) {
+	ctx, cancel := d.call(ctx)
+	defer cancel()
+	info, err := d.cli.Info(ctx)
+	if err != nil {
+		return nil, wrap(err, "docker info")
+	}
+	var paths []string
+	if info.DockerRootDir != "" {
+		paths = append(paths, info.DockerRootDir)
+	}
+	if sock, ok := strings.CutPrefix(d.cli.DaemonHost(), "unix://"); ok {
+		paths = append(paths, sock)
+	}
+	return paths, nil
+}
+
 // ImageExists implements runtime.Runtime.
 func (d *Docker) ImageExists(ctx context.Context, ref string) (bool, error) {
 	ctx, cancel := d.call(ctx)

@@ -46,14 +46,15 @@ type container struct {
 // their agent is a handler the test sets, and their filesystem is a map the
 // archive methods read and write as Docker's do.
 type Runtime struct {
-	mu         sync.Mutex
-	now        func() time.Time
-	containers map[string]*container        // by id
-	volumes    map[string]map[string]string // labels by name
-	puts       int                          // PutArchive calls
-	agent      http.Handler
-	createErr  error
-	pingErr    error
+	mu          sync.Mutex
+	now         func() time.Time
+	containers  map[string]*container        // by id
+	volumes     map[string]map[string]string // labels by name
+	puts        int                          // PutArchive calls
+	agent       http.Handler
+	createErr   error
+	pingErr     error
+	enginePaths []string
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -218,6 +219,21 @@ func (f *Runtime) Ping(context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.pingErr
+}
+
+// SetEnginePaths sets what EnginePaths reports, as for an engine that
+// keeps its data or socket somewhere unusual.
+func (f *Runtime) SetEnginePaths(paths ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.enginePaths = paths
+}
+
+// EnginePaths fails as Ping does.
+func (f *Runtime) EnginePaths(context.Context) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.enginePaths, f.pingErr
 }
 
 // EnsureImage and ImageExists have every image.
