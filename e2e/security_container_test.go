@@ -35,7 +35,7 @@ func secCheckContainerConfig(t *testing.T, ctr container.InspectResponse, secret
 	}
 	for what, mode := range map[string]string{
 		"network": string(hc.NetworkMode), "pid": string(hc.PidMode), "ipc": string(hc.IpcMode),
-		"uts": string(hc.UTSMode), "userns": string(hc.UsernsMode),
+		"uts": string(hc.UTSMode), "userns": string(hc.UsernsMode), "cgroup": string(hc.CgroupnsMode),
 	} {
 		if mode == "host" {
 			t.Errorf("container shares the host's %s namespace", what)
@@ -128,6 +128,12 @@ func TestSecurityContainerHardening(t *testing.T) {
 				t.Errorf("/proc/%s/status %s = %q, want %q", pid, field, st[field], v)
 			}
 		}
+	}
+
+	// In its own cgroup namespace the sandbox sees its cgroup as the root,
+	// not the host's path to it (Docker's default on cgroup v1 hosts).
+	if out, code := box.secShell(t, "cat /proc/self/cgroup"); code != 0 || strings.Contains(out, "docker") || strings.Contains(out, box.ID) {
+		t.Errorf("/proc/self/cgroup (exit %d) shows host cgroup paths:\n%s", code, out)
 	}
 
 	attacks := []struct{ name, command string }{

@@ -224,7 +224,10 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 	// does not; without it zombies pile up against the pids limit.
 	withInit := true
 	host := &container.HostConfig{
-		Init:           &withInit,
+		Init: &withInit,
+		// Docker's default on cgroup v1 hosts is the host's cgroup
+		// namespace, which shows the sandbox the host's cgroup paths.
+		CgroupnsMode:   container.CgroupnsModePrivate,
 		NetworkMode:    container.NetworkMode(spec.NetworkMode),
 		CapDrop:        spec.CapDrop,
 		CapAdd:         spec.CapAdd,
