@@ -169,7 +169,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			ds := &daemons{t: tb}
 			name := testSocket()
 			c, _, _ := dialPipes(tb, func(stdin io.Reader, stdout io.Writer) error {
-				return attach(context.Background(), name, ds.spawn, stdin, stdout, slog.New(slog.DiscardHandler))
+				return attach(context.Background(), name, ds.spawn, stdin, stdout, io.Discard, slog.New(slog.DiscardHandler))
 			})
 			return c
 		}},

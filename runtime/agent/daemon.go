@@ -48,7 +48,7 @@ func Main(ctx context.Context, args []string, logger *slog.Logger) error {
 	}
 	switch {
 	case len(args) == 0:
-		return attach(ctx, socketName, spawnDaemon, os.Stdin, os.Stdout, logger)
+		return attach(ctx, socketName, spawnDaemon, os.Stdin, os.Stdout, os.Stderr, logger)
 	case len(args) == 1 && args[0] == daemonFlag:
 		f := os.NewFile(listenerFD, "agent socket")
 		ln, err := net.FileListener(f)
@@ -69,13 +69,17 @@ func Main(ctx context.Context, args []string, logger *slog.Logger) error {
 }
 
 // attach bridges stdin and stdout to the daemon on the abstract socket name,
-// or serves them itself if the daemon cannot be reached.
-func attach(ctx context.Context, name string, spawn func(*net.UnixListener) error, stdin io.Reader, stdout io.Writer, logger *slog.Logger) error {
+// or serves them itself if the daemon cannot be reached. The daemon's log
+// goes to stderr meanwhile.
+func attach(ctx context.Context, name string, spawn func(*net.UnixListener) error, stdin io.Reader, stdout, stderr io.Writer, logger *slog.Logger) error {
 	conn, err := connect(name, spawn)
 	if err != nil {
 		logger.Warn("agent daemon unavailable; serving this connection alone", "err", err)
 		return Run(ctx, stdin, stdout, logger)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go relayLog(ctx, name, stderr)
 	return bridge(ctx, conn, stdin, stdout)
 }
 
@@ -204,11 +208,23 @@ type daemon struct {
 	log   *slog.Logger
 }
 
+// newDaemon logs both to opts.Logger and, from warnings up, to the bridges
+// that follow its log.
 func newDaemon(opts Options) *daemon {
+	hub := &logHub{}
+	toBridges := slog.NewTextHandler(hub, &slog.HandlerOptions{Level: slog.LevelWarn})
+	if opts.Logger == nil {
+		opts.Logger = slog.New(toBridges)
+	} else {
+		opts.Logger = slog.New(slog.NewMultiHandler(opts.Logger.Handler(), toBridges))
+	}
 	s := newServer(opts)
+	mux := http.NewServeMux()
+	mux.Handle("/", s.routes())
+	mux.HandleFunc("GET "+logRoute, hub.serve)
 	return &daemon{
 		state: s,
-		http:  &http.Server{Handler: s.routes(), ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)},
+		http:  &http.Server{Handler: mux, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)},
 		uid:   os.Getuid(),
 		log:   s.log,
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestMain lets spawnDaemon start this test binary as `sandboxd agent
@@ -83,7 +86,7 @@ func (ds *daemons) started() int {
 func host(t testing.TB, name string, spawn func(*net.UnixListener) error) (*testAgent, <-chan error, func()) {
 	t.Helper()
 	c, done, hangUp := dialPipes(t, func(stdin io.Reader, stdout io.Writer) error {
-		return attach(context.Background(), name, spawn, stdin, stdout, slog.New(slog.DiscardHandler))
+		return attach(context.Background(), name, spawn, stdin, stdout, io.Discard, slog.New(slog.DiscardHandler))
 	})
 	return viaClient(t, c), done, hangUp
 }
@@ -163,7 +166,7 @@ func TestConcurrentStartersShareOneDaemon(t *testing.T) {
 	for i := range agents {
 		c, _, _ := dialPipes(t, func(stdin io.Reader, stdout io.Writer) error {
 			<-gate
-			return attach(context.Background(), name, ds.spawn, stdin, stdout, slog.New(slog.DiscardHandler))
+			return attach(context.Background(), name, ds.spawn, stdin, stdout, io.Discard, slog.New(slog.DiscardHandler))
 		})
 		agents[i] = viaClient(t, c)
 	}
@@ -259,7 +262,7 @@ func TestBridgeEndsWithDaemon(t *testing.T) {
 	ds := &daemons{t: t}
 	name := testSocket()
 	c, done, _ := dialPipes(t, func(stdin io.Reader, stdout io.Writer) error {
-		return attach(context.Background(), name, ds.spawn, stdin, stdout, slog.New(slog.DiscardHandler))
+		return attach(context.Background(), name, ds.spawn, stdin, stdout, io.Discard, slog.New(slog.DiscardHandler))
 	})
 	a := viaClient(t, c)
 	a.do(t, http.MethodGet, "/ping", nil)
@@ -356,4 +359,79 @@ func procStatField(t *testing.T, pid, n int) string {
 	s := string(b)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return fields[n-3]
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The daemon's warnings reach the stderr of the bridges attached to it,
+// which sandboxd logs; the daemon itself has no stderr.
+func TestDaemonLogReachesBridge(t *testing.T) {
+	ds := &daemons{t: t}
+	name := testSocket()
+	var stderr lockedBuffer
+	c, _, _ := dialPipes(t, func(stdin io.Reader, stdout io.Writer) error {
+		return attach(context.Background(), name, ds.spawn, stdin, stdout, &stderr, slog.New(slog.DiscardHandler))
+	})
+	a := viaClient(t, c)
+	f := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(f, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The bridge follows the log once it has connected; until then a
+	// warning goes to nobody, so the request is repeated until one arrives.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stderr.String(), "unknown owner") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no daemon warning on the bridge's stderr; it holds %q", stderr.String())
+		}
+		resp := a.post(t, "/files/permissions", map[string]permission{f: {Owner: "no-such-user-sandboxd"}})
+		resp.Body.Close()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(stderr.String(), "level=WARN") {
+		t.Errorf("bridge stderr %q lacks the record's level", stderr.String())
+	}
+}
+
+// A daemon made to warn in a loop passes its burst on, drops the rest, and
+// says how many it dropped once it may send again.
+func TestLogHubLimitsRate(t *testing.T) {
+	var h logHub
+	ch := h.follow()
+	defer h.unfollow(ch)
+	const n = 60 // more than logBurst, less than ch holds
+	for i := range n {
+		fmt.Fprintf(&h, "line %d\n", i)
+	}
+	got := len(ch)
+	if got < logBurst || got >= n {
+		t.Fatalf("%d of %d lines passed at once, want the burst of %d and not all", got, n, logBurst)
+	}
+	for range got {
+		<-ch
+	}
+	time.Sleep(2 * time.Second / logRate) // time for at least one more line
+	fmt.Fprintf(&h, "after\n")
+	if first := string(<-ch); !strings.Contains(first, "log lines dropped") {
+		t.Errorf("first line after the drop = %q, want the count of dropped lines", first)
+	}
+	if next := string(<-ch); next != "after\n" {
+		t.Errorf("then %q, want the new line", next)
+	}
 }

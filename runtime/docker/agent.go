@@ -232,8 +232,9 @@ func (d *Docker) agentLog(id string) io.WriteCloser {
 // one is logged in pieces.
 const maxLogLine = 64 << 10
 
-// lineLogger logs each line written to it at debug level. The exec stream's
-// reader writes to it, so it needs no goroutine of its own.
+// lineLogger logs each line written to it as a warning: the agent writes
+// on stderr only its warnings and errors, and those of its daemon. The exec
+// stream's reader writes to it, so it needs no goroutine of its own.
 type lineLogger struct {
 	log     *slog.Logger
 	partial []byte
@@ -258,7 +259,7 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 
 // emit logs line and empties the partial line.
 func (l *lineLogger) emit(line []byte) {
-	l.log.Debug("agent", "line", string(line))
+	l.log.Warn("agent", "line", string(line))
 	l.partial = l.partial[:0]
 }
 

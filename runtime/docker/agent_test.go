@@ -61,7 +61,13 @@ func TestExecConnStreamErrors(t *testing.T) {
 type recordLines struct{ lines *[]string }
 
 func (h recordLines) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle records the line of a record at warning level or above, where the
+// agent's stderr must be logged to be seen.
 func (h recordLines) Handle(_ context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn {
+		return nil
+	}
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "line" {
 			*h.lines = append(*h.lines, a.Value.String())
