@@ -155,18 +155,9 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, id strin
 	h.Set("Content-Length", strconv.FormatInt(length, 10))
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead {
-		// Larger chunks than io.Copy's 32 KiB: half the system calls on
-		// each side of a large download.
-		_, _ = io.CopyBuffer(writerOnly{w}, body, make([]byte, min(length, maxCopyBuffer)+1))
+		_, _ = io.Copy(w, body)
 	}
 }
-
-// maxCopyBuffer bounds the buffer a download is copied through.
-const maxCopyBuffer = 256 << 10
-
-// writerOnly hides a ResponseWriter's ReadFrom, which would copy through
-// its own 32 KiB buffer.
-type writerOnly struct{ io.Writer }
 
 // parseRange interprets the first range of a Range header against size.
 // It returns partial=false for no (or an ignorable) header, ok=false when

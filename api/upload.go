@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 
 	"github.com/sandboxd/sandboxd/lifecycle"
@@ -26,21 +27,17 @@ const maxReadBuffer = 256 << 10
 // handleUpload implements execd's multipart upload: metadata and file
 // parts paired by index, each file streamed into the sandbox.
 func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, id string) {
+	media, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	boundary := params["boundary"]
+	if err != nil || media != "multipart/form-data" && media != "multipart/mixed" || boundary == "" {
+		writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidFile, "upload must be multipart/form-data with a boundary")
+		return
+	}
 	// multipart reads 4 KiB at a time: a larger buffer below it saves a
 	// system call per 4 KiB of a large upload.
 	buffered := bufio.NewReaderSize(r.Body, int(min(uint64(r.ContentLength), maxReadBuffer)))
 	prefix := &prefixRecorder{r: buffered, limit: maxRecordedPrefix}
-	r.Body = struct {
-		io.Reader
-		io.Closer
-	}{prefix, r.Body}
-	mr, err := r.MultipartReader()
-	if err != nil {
-		writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidFile, "upload must be multipart/form-data: "+err.Error())
-		return
-	}
-	_, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	boundary := params["boundary"]
+	mr := multipart.NewReader(prefix, boundary)
 
 	var metas []lifecycle.FileMeta
 	var early []*lifecycle.Spooled // file parts that came before their metadata

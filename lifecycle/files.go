@@ -326,15 +326,18 @@ func (m *Manager) putAnnounced(ctx context.Context, t archiveTarget, a *Announce
 	if !errors.Is(err, errSizeMismatch) {
 		return err
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("spool upload: %w", err)
-	}
-	again, err := Spool(io.MultiReader(f, a.Reader))
-	if err != nil {
+	// The copy holds all that was read; the rest of the upload joins it.
+	if _, err := io.Copy(f, a.Reader); err != nil {
 		return &bodyError{err}
 	}
-	defer again.Close()
-	return m.putArchive(ctx, t, again.Size, again)
+	size, err := f.Seek(0, io.SeekCurrent)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		return fmt.Errorf("spool upload: %w", err)
+	}
+	return m.putArchive(ctx, t, size, f)
 }
 
 // fullReader fills every read it can: a multipart part yields a few KiB

@@ -118,6 +118,7 @@ func relayLog(ctx context.Context, name string, w io.Writer) {
 	}
 	c, err := Dial(conn)
 	if err != nil {
+		conn.Close()
 		return
 	}
 	defer c.Close()
