@@ -17,6 +17,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/sandboxd/sandboxd/api/console"
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/lifecycle"
 )
@@ -65,6 +66,7 @@ func (s *Server) routes() {
 	r.HandleFunc("/health", s.handleHealth).Methods(http.MethodGet)
 	r.HandleFunc("/metrics", s.handleMetrics).Methods(http.MethodGet)
 	s.debugRoutes(r)
+	s.consoleRoutes(r)
 	for _, prefix := range []string{"", "/v1"} {
 		// Full paths on the top router: gorilla/mux subrouters lose the
 		// 405 for a known path with the wrong method (mux issue #751).
@@ -188,10 +190,11 @@ func (s *Server) validKey(k string) bool {
 	return ok == 1
 }
 
-// authorize enforces the API key on everything but /health and the proxy
-// route (checked by the proxy handler against the sandbox's token).
+// authorize enforces the API key on everything but /health, the console's
+// static files and the proxy route (checked by the proxy handler against
+// the sandbox's token).
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
-	if len(s.keys) == 0 || r.URL.Path == "/health" || isProxyPath(r.URL.EscapedPath()) {
+	if len(s.keys) == 0 || r.URL.Path == "/health" || isProxyPath(r.URL.EscapedPath()) || console.Public(r.URL) {
 		return true
 	}
 	key := r.Header.Get(headerAPIKey)

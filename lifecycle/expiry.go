@@ -81,6 +81,16 @@ func (m *Manager) lastActivity(rec *Record) time.Time {
 	return rec.LastActivity
 }
 
+// LastActivity reports when a sandbox was last used: the time its idle
+// deadlines count from.
+func (m *Manager) LastActivity(id string) (time.Time, error) {
+	rec, err := m.record(id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return m.lastActivity(rec), nil
+}
+
 // Touch records activity on a sandbox (cheap: persisted by the reaper).
 func (m *Manager) Touch(id string) {
 	now := m.now()
