@@ -14,5 +14,5 @@ func (s *Server) consoleRoutes(r *mux.Router) {
 	r.Handle(console.ActivityPath, console.Activity(s.mgr, writeError)).Methods(http.MethodGet)
 	static := console.Static()
 	r.Handle(console.Prefix, static).Methods(http.MethodGet, http.MethodHead)
-	r.PathPrefix(console.Prefix + "/").Handler(static).Methods(http.MethodGet, http.MethodHead)
+	r.PathPrefix(console.Prefix+"/").Handler(static).Methods(http.MethodGet, http.MethodHead)
 }
