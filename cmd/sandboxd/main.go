@@ -5,6 +5,7 @@
 //	sandboxd init-config [PATH] [--example docker] [--force]
 //	sandboxd version
 //	sandboxd agent                            (runs inside sandboxes)
+//	sandboxd ls|create|exec|shell|cp|logs|renew|pause|resume|kill ...   (client; see package cli)
 package main
 
 import (
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/api"
+	"github.com/sandboxd/sandboxd/cmd/sandboxd/cli"
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/lifecycle"
 	"github.com/sandboxd/sandboxd/runtime/agent"
@@ -50,7 +52,10 @@ func main() {
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		err = agent.Main(context.Background(), args, log)
 	default:
-		err = fmt.Errorf("unknown command %q (commands: serve, init-config, version, agent)", cmd)
+		if code, ok := cli.Run(cmd, args); ok {
+			os.Exit(code)
+		}
+		err = fmt.Errorf("unknown command %q (commands: serve, init-config, version, agent, %s)", cmd, strings.Join(cli.Names(), ", "))
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandboxd:", err)
