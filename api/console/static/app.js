@@ -82,7 +82,7 @@ class APIError extends Error {
 const session = {
   key() { return sessionStorage.getItem(KEY_STORAGE) || ''; },
   set(k) { sessionStorage.setItem(KEY_STORAGE, k); },
-  clear() { sessionStorage.removeItem(KEY_STORAGE); },
+  clear() { sessionStorage.clear(); }, // the key and the command history
 };
 
 // request calls the API on this origin with the key in its header. JSON
@@ -434,8 +434,8 @@ function statusHistory(id) {
 function overviewTab(id, body, ac, history) {
   const info = h('dl', { class: 'info' });
   const hist = h('ol', { class: 'history' });
-  const cpu = chart('CPU', '%', () => 100);
-  const mem = chart('Memory', 'MiB', (last) => (last && last.mem_total_mib) || 1);
+  const cpu = chart('CPU', '%', 1);
+  const mem = chart('Memory', 'MiB', 1);
   const note = h('p', { class: 'muted small' }, 'Watching resource use keeps the sandbox active (it counts as use for idle expiry).');
   const cmd = `sandboxd shell ${id}`;
   const code = h('code', { id: 'shell-line' }, cmd);
@@ -455,7 +455,10 @@ function overviewTab(id, body, ac, history) {
       h('p', { class: 'muted' }, 'For an interactive shell, run in a terminal (server and key from OPEN_SANDBOX_DOMAIN / OPEN_SANDBOX_API_KEY or the config file):'),
       h('div', { class: 'shellline' }, code, copy)));
 
-  watchMetrics(id, ac, (m) => { cpu.add(m.timestamp, m.cpu_used_pct, m); mem.add(m.timestamp, m.mem_used_mib, m); });
+  watchMetrics(id, ac, (m) => {
+    cpu.add(m.timestamp, m.cpu_used_pct, m.cpu_count ? ` of ${m.cpu_count} CPU` : '');
+    mem.add(m.timestamp, m.mem_used_mib, m.mem_total_mib ? ` of ${m.mem_total_mib.toFixed(0)} MiB` : '');
+  });
 
   return (sb) => {
     const rows = [
@@ -498,49 +501,62 @@ async function watchMetrics(id, ac, onSample) {
   }
 }
 
-// chart draws the last CHART_SECONDS of one series on a canvas.
-function chart(name, unit, maxOf) {
-  const canvas = h('canvas', { width: 560, height: 140 });
+// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
+function niceCeil(v) {
+  const p = 10 ** Math.floor(Math.log10(v));
+  for (const m of [1, 2, 5, 10]) if (v <= m * p) return m * p;
+  return 10 * p;
+}
+
+// chart draws up to the last CHART_SECONDS of one series on a canvas, on a
+// scale that fits what it shows (at least floor).
+function chart(name, unit, floor) {
+  const canvas = h('canvas', { width: 560, height: 150 });
   const value = h('span', { class: 'value' }, '—');
   const el = h('div', { class: 'card chart', 'data-chart': name.toLowerCase() },
     h('div', { class: 'spread' }, h('h2', {}, name), value), canvas);
   const points = [];
-  let last = null;
   const draw = () => {
     const dpr = window.devicePixelRatio || 1;
-    const w = canvas.clientWidth || 560, ht = canvas.clientHeight || 140;
+    const w = canvas.clientWidth || 560, ht = canvas.clientHeight || 150;
     canvas.width = w * dpr; canvas.height = ht * dpr;
     const g = canvas.getContext('2d');
     g.scale(dpr, dpr);
-    g.clearRect(0, 0, w, ht);
-    const max = Math.max(maxOf(last), ...points.map((p) => p.v)) || 1;
-    const now = Date.now(), t0 = now - CHART_SECONDS * 1000;
-    const x = (t) => ((t - t0) / (CHART_SECONDS * 1000)) * w;
-    const y = (v) => ht - 4 - (v / max) * (ht - 20);
-    g.strokeStyle = '#e3e6eb'; g.lineWidth = 1; g.fillStyle = '#667085'; g.font = '11px system-ui, sans-serif';
+    const now = Date.now();
+    const span = Math.min(CHART_SECONDS * 1000, Math.max(60000, now - (points[0]?.t ?? now)));
+    const t0 = now - span;
+    const vis = points.filter((p) => p.t >= t0);
+    const max = niceCeil(Math.max(floor, ...vis.map((p) => p.v * 1.15)));
+    const left = 58, top = 6, bottom = ht - 18;
+    const x = (t) => left + ((t - t0) / span) * (w - left - 4);
+    const y = (v) => bottom - (v / max) * (bottom - top);
+    g.font = '11px system-ui, sans-serif';
+    g.textAlign = 'right';
+    g.textBaseline = 'middle';
     for (const f of [0, 0.5, 1]) {
       const yy = Math.round(y(max * f)) + 0.5;
-      g.beginPath(); g.moveTo(0, yy); g.lineTo(w, yy); g.stroke();
-      g.fillText(`${(max * f).toFixed(max * f < 10 && f ? 1 : 0)} ${unit}`, 4, yy - 3);
+      g.strokeStyle = '#e3e6eb'; g.lineWidth = 1;
+      g.beginPath(); g.moveTo(left, yy); g.lineTo(w - 4, yy); g.stroke();
+      const v = max * f;
+      g.fillStyle = '#667085';
+      g.fillText(`${v < 10 && v ? v.toFixed(1) : v.toFixed(0)} ${unit}`, left - 6, yy);
     }
-    g.fillText('5 min ago', 4, ht - 6);
-    g.textAlign = 'right'; g.fillText('now', w - 4, ht - 6); g.textAlign = 'left';
-    const vis = points.filter((p) => p.t >= t0);
+    g.textBaseline = 'alphabetic';
+    g.textAlign = 'left'; g.fillText(`-${duration(span)}`, left, ht - 4);
+    g.textAlign = 'right'; g.fillText('now', w - 4, ht - 4);
     if (vis.length < 2) return;
     g.beginPath();
     vis.forEach((p, i) => (i ? g.lineTo(x(p.t), y(p.v)) : g.moveTo(x(p.t), y(p.v))));
-    g.strokeStyle = '#2f6fed'; g.lineWidth = 1.8; g.stroke();
+    g.strokeStyle = '#2f6fed'; g.lineWidth = 1.8; g.lineJoin = 'round'; g.stroke();
     g.lineTo(x(vis[vis.length - 1].t), y(0)); g.lineTo(x(vis[0].t), y(0)); g.closePath();
     g.fillStyle = 'rgba(47, 111, 237, .12)'; g.fill();
   };
   return {
     el,
-    add(t, v, sample) {
-      last = sample;
+    add(t, v, suffix = '') {
       points.push({ t: t || Date.now(), v: Number(v) || 0 });
       while (points.length > CHART_SECONDS + 5) points.shift();
-      const total = name === 'Memory' && sample.mem_total_mib ? ` of ${sample.mem_total_mib.toFixed(0)} MiB` : '';
-      value.textContent = `${Number(v).toFixed(1)} ${unit}${total}`;
+      value.textContent = `${Number(v).toFixed(1)} ${unit}${suffix}`;
       draw();
     },
   };
@@ -679,7 +695,7 @@ function filesTab(id, body, ac) {
       err.textContent = '';
       entries.sort((a, b) => (a.type === 'directory') === (b.type === 'directory') ? a.path.localeCompare(b.path) : a.type === 'directory' ? -1 : 1);
       const rows = [];
-      if (dir !== '/') rows.push(h('tr', {}, h('td', { colspan: 4 }, h('a', { href: '#', onclick: (e) => { e.preventDefault(); list(parent(dir)); } }, '..'))));
+      if (dir !== '/') rows.push(h('tr', {}, h('td', { colspan: 5 }, h('a', { href: '#', onclick: (e) => { e.preventDefault(); list(parent(dir)); } }, '..'))));
       for (const f of entries) {
         const isDir = f.type === 'directory';
         const name = base(f.path);
