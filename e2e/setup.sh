@@ -4,7 +4,9 @@
 #   - starts the Docker engine if it does not answer (in the background,
 #     logging to $SANDBOXD_DOCKERD_LOG);
 #   - builds the test images (images/build.sh);
-#   - installs the TypeScript SDK used by the e2e tests (e2e/ts).
+#   - installs the TypeScript SDK used by the e2e tests (e2e/ts);
+#   - installs chromium and playwright-core for the console's browser test
+#     (e2e/console).
 # Each step is skipped when its result is already there, so a second run is a
 # fast no-op.
 set -euo pipefail
@@ -32,13 +34,14 @@ missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
 installed busybox-static || missing+=(busybox-static)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
+installed chromium || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
 	log "installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -q
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
-	log "docker.io, busybox-static and debootstrap are installed"
+	log "docker.io, busybox-static, debootstrap and chromium are installed"
 fi
 
 # --- Docker engine ---------------------------------------------------------
@@ -70,16 +73,24 @@ fi
 # --- test images -----------------------------------------------------------
 bash "$repo/images/build.sh"
 
-# --- TypeScript SDK --------------------------------------------------------
-ts="$repo/e2e/ts"
-want=$(node -p 'require(process.argv[1]).dependencies["@alibaba-group/opensandbox"]' "$ts/package.json")
-have=$(node -p 'try { require(process.argv[1]).version } catch { "" }' \
-	"$ts/node_modules/@alibaba-group/opensandbox/package.json")
-if [ "$have" = "$want" ]; then
-	log "@alibaba-group/opensandbox $have is installed"
-else
-	log "installing @alibaba-group/opensandbox $want in e2e/ts"
-	# No lock file: it would record registry addresses.
-	(cd "$ts" && npm install --no-audit --no-fund --no-package-lock --no-update-notifier)
-fi
+# --- npm packages of the e2e tests -----------------------------------------
+# npm_dep DIR PACKAGE installs DIR's package.json dependencies unless
+# PACKAGE is already there at the version it names.
+npm_dep() {
+	local dir="$repo/$1" pkg=$2 want have
+	want=$(node -p 'require(process.argv[1]).dependencies[process.argv[2]]' "$dir/package.json" "$pkg")
+	have=$(node -p 'try { require(process.argv[1]).version } catch { "" }' \
+		"$dir/node_modules/$pkg/package.json")
+	if [ "$have" = "$want" ]; then
+		log "$pkg $have is installed"
+	else
+		log "installing $pkg $want in $1"
+		# No lock file: it would record registry addresses.
+		(cd "$dir" && npm install --no-audit --no-fund --no-package-lock --no-update-notifier)
+	fi
+}
+npm_dep e2e/ts @alibaba-group/opensandbox # the TypeScript SDK
+# The console's browser test; playwright-core downloads no browser, the test
+# drives Debian's chromium.
+npm_dep e2e/console playwright-core
 log "done"

@@ -1,0 +1,108 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// consoleWait guards the browser run against hangs.
+const consoleWait = 10 * time.Minute
+
+// TestConsoleBrowser drives the web console in Debian's chromium with
+// playwright-core (e2e/console/console.test.mjs) against a real sandboxd:
+// sign in (a wrong key refused), see a sandbox appear, run a command and see
+// its output stream, upload and preview files, kill the sandbox. Screenshots
+// of every page go to $SANDBOXD_ARTIFACTS/console, else to a kept temporary
+// directory named in the log.
+func TestConsoleBrowser(t *testing.T) {
+	browser := os.Getenv("CHROMIUM")
+	if browser == "" {
+		browser = "/usr/bin/chromium"
+	}
+	dir := filepath.Join(repoRoot(), "e2e", "console")
+	missing := ""
+	if _, err := os.Stat(browser); err != nil {
+		missing = "chromium is not installed at " + browser + " (apt-get install chromium)"
+	} else if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil {
+		missing = "playwright-core is not installed in " + dir + " (npm install there)"
+	}
+	if missing != "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s; e2e/setup.sh installs both", missing)
+		}
+		t.Skipf("%s; e2e/setup.sh installs both (in CI this test must run)", missing)
+	}
+
+	shots := os.Getenv("SANDBOXD_ARTIFACTS")
+	if shots != "" {
+		shots = filepath.Join(shots, "console")
+	} else {
+		d, err := os.MkdirTemp("", "sandboxd-console-screenshots-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		shots = d
+	}
+	t.Logf("console screenshots: %s", shots)
+
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), consoleWait)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "console.test.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"SANDBOXD_URL="+s.URL,
+		"SANDBOXD_API_KEY="+s.APIKey,
+		"SANDBOXD_IMAGE="+imageBusybox,
+		"SANDBOXD_ARTIFACTS="+shots,
+		"CHROMIUM="+browser,
+	)
+	out, err := cmd.CombinedOutput()
+	t.Logf("node console.test.mjs:\n%s", out)
+	if err != nil {
+		t.Fatalf("the browser test failed: %v", err)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(string(out)), "OK") {
+		t.Fatal("the browser test did not finish")
+	}
+
+	// What the browser did, seen through the API and the server's log.
+	m := regexp.MustCompile(`(?m)^SANDBOX (\S+)$`).FindSubmatch(out)
+	if m == nil {
+		t.Fatal("the browser test named no sandbox")
+	}
+	assertGone(t, s, string(m[1]))
+	for _, name := range []string{"1-sign-in", "3-sandboxes", "4-sandbox", "5-commands", "6-files", "7-logs", "9-after-kill"} {
+		if fi, err := os.Stat(filepath.Join(shots, name+".png")); err != nil || fi.Size() == 0 {
+			t.Errorf("screenshot %s: %v", name, err)
+		}
+	}
+	logData, err := os.ReadFile(s.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(logData), s.APIKey) {
+		t.Error("the API key appears in the server's log")
+	}
+	for _, want := range []string{"path=/console/app.js status=200", "path=/v1/sandboxes status=401", "method=DELETE path=/v1/sandboxes/" + string(m[1]) + " status=204"} {
+		if !strings.Contains(string(logData), want) {
+			t.Errorf("server log lacks %q", want)
+		}
+	}
+	// The console's files need no key; its data does.
+	status, hdr, _ := s.do(t, http.MethodGet, "/console/", nil, map[string]string{"OPEN-SANDBOX-API-KEY": ""})
+	if status != http.StatusOK || hdr.Get("Set-Cookie") != "" {
+		t.Errorf("GET /console/ without key: %d, Set-Cookie %q", status, hdr.Get("Set-Cookie"))
+	}
+	status, _, body := s.do(t, http.MethodGet, "/console/api/activity?id="+string(m[1]), nil, map[string]string{"OPEN-SANDBOX-API-KEY": ""})
+	wantError(t, "activity without key", status, body, http.StatusUnauthorized, "MISSING_API_KEY")
+}
