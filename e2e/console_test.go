@@ -54,7 +54,7 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	t.Logf("console screenshots: %s", shots)
 
-	s := startServer(t)
+	s := startServer(t, withTOML("[[pool]]\nname = \"console-pool\"\nimage = \""+imageBusybox+"\"\nsize = 1"))
 	ctx, cancel := context.WithTimeout(t.Context(), consoleWait)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "console.test.mjs")

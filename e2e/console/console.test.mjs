@@ -76,7 +76,7 @@ try {
     const r = await fetch('/v1/sandboxes', {
       method: 'POST',
       headers: { 'OPEN-SANDBOX-API-KEY': key, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ image: { uri: image }, entrypoint: ['tail', '-f', '/dev/null'], timeout: 1800, metadata: { team: 'console-e2e', owner: 'agent-7' } }),
+      body: JSON.stringify({ image: { uri: image }, entrypoint: ['sh', '-c', 'echo sandbox main process started; exec tail -f /dev/null'], timeout: 1800, metadata: { team: 'console-e2e', owner: 'agent-7' } }),
     });
     return { status: r.status, body: await r.json() };
   }, { key, image });
@@ -98,6 +98,8 @@ try {
   await page.fill('#filter-metadata', 'team=console-e2e');
   await page.press('#filter-metadata', 'Enter');
   await page.waitForSelector(row, WAIT);
+  step('the pool and its fill level');
+  await page.waitForFunction(() => /console-pool\s*1 \/ 1 ready/.test(document.querySelector('#pools')?.textContent || ''), null, WAIT);
   await shot('3-sandboxes');
 
   step('the sandbox page shows its status and resource charts');
@@ -173,7 +175,7 @@ try {
 
   step('the container log');
   await page.click('a[href$="/logs"]');
-  await page.waitForFunction(() => !/loading/.test(document.querySelector('#logs')?.textContent || 'loading'), null, WAIT);
+  await page.waitForFunction(() => /sandbox main process started/.test(document.querySelector('#logs')?.textContent || ''), null, WAIT);
   await shot('7-logs');
 
   step('the key is in no URL and no lasting storage, and no cookie is set');

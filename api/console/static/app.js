@@ -121,14 +121,26 @@ const enc = encodeURIComponent;
 const sandboxURL = (id, rest = '') => `/v1/sandboxes/${enc(id)}${rest}`;
 const execdURL = (id, rest) => `/sandboxes/${enc(id)}/proxy/${EXECD_PORT}${rest}`;
 
-// readStream calls onChunk with each piece of text of a streamed response.
-async function readStream(res, onChunk) {
+// readJSONLines calls onObject with each JSON object of a streamed
+// response that carries one per line (execd's command events, separated by
+// blank lines, and its metrics, optionally as SSE "data:" lines).
+async function readJSONLines(res, onObject) {
   const reader = res.body.getReader();
   const dec = new TextDecoder();
+  let buf = '';
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
-    onChunk(dec.decode(value, { stream: true }));
+    buf += dec.decode(value, { stream: true });
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i).trim().replace(/^data:\s*/, '');
+      buf = buf.slice(i + 1);
+      if (!line) continue;
+      let obj;
+      try { obj = JSON.parse(line); } catch { continue; }
+      onObject(obj);
+    }
   }
 }
 
@@ -251,9 +263,9 @@ function showList() {
       const exp = expiryText(sb, now);
       const last = activity[sb.id];
       return h('tr', { 'data-id': sb.id },
-        h('td', {}, h('a', { href: `#/sandbox/${enc(sb.id)}`, class: 'mono' }, sb.id)),
+        h('td', { class: 'nowrap' }, h('a', { href: `#/sandbox/${enc(sb.id)}`, class: 'mono' }, sb.id)),
         h('td', {}, badge(sb.status.state)),
-        h('td', { class: 'mono small' }, sb.image ? sb.image.uri : (sb.snapshotId ? `snapshot ${sb.snapshotId}` : '—')),
+        h('td', { class: 'mono small nowrap' }, sb.image ? sb.image.uri : (sb.snapshotId ? `snapshot ${sb.snapshotId}` : '—')),
         h('td', {}, chips(sb.metadata)),
         h('td', { class: `num ${exp.cls}`, title: sb.expiresAt ? localTime(sb.expiresAt) : 'manual clean-up' }, exp.text),
         h('td', { class: 'num', title: last ? localTime(last) : '' }, last ? duration(now - new Date(last).getTime()) : '—'),
@@ -482,19 +494,8 @@ async function watchMetrics(id, ac, onSample) {
   while (!ac.signal.aborted) {
     try {
       const res = await request('GET', execdURL(id, '/metrics/watch'), { signal: ac.signal });
-      let buf = '';
-      await readStream(res, (text) => {
-        buf += text;
-        let i;
-        while ((i = buf.indexOf('\n')) >= 0) {
-          const line = buf.slice(0, i).trim();
-          buf = buf.slice(i + 1);
-          if (line) {
-            try { onSample(JSON.parse(line.replace(/^data:\s*/, ''))); } catch { /* partial */ }
-          }
-        }
-      });
-    } catch (e) {
+      await readJSONLines(res, onSample);
+    } catch {
       if (ac.signal.aborted) return;
     }
     await new Promise((r) => setTimeout(r, 3000));
@@ -612,26 +613,17 @@ function commandsTab(id, body, ac) {
       const req = { command };
       if (cwd.value.trim()) req.cwd = cwd.value.trim();
       const res = await request('POST', execdURL(id, '/command'), { body: req, signal: cmd.ac.signal });
-      let buf = '';
-      await readStream(res, (text) => {
-        buf += text;
-        let i;
-        while ((i = buf.indexOf('\n\n')) >= 0) {
-          const raw = buf.slice(0, i).trim();
-          buf = buf.slice(i + 2);
-          if (!raw) continue;
-          let e;
-          try { e = JSON.parse(raw); } catch { continue; }
-          switch (e.type) {
-            case 'init': cmd.execId = e.text; break;
-            case 'stdout': line('stdout', e.text ?? ''); break;
-            case 'stderr': line('stderr', e.text ?? ''); break;
-            case 'execution_complete': exit = 0; break;
-            case 'error':
-              exit = Number.parseInt(e.error && e.error.evalue, 10);
-              if (Number.isNaN(exit)) { exit = -1; line('stderr', `${e.error?.ename || 'error'}: ${e.error?.evalue || ''}`); }
-              break;
-          }
+      await readJSONLines(res, (e) => {
+        switch (e.type) {
+          case 'init': cmd.execId = e.text; break;
+          case 'stdout': line('stdout', e.text ?? ''); break;
+          case 'stderr': line('stderr', e.text ?? ''); break;
+          case 'execution_complete': exit = 0; break;
+          case 'error':
+            exit = Number.parseInt(e.error && e.error.evalue, 10);
+            if (Number.isNaN(exit)) { exit = -1; line('stderr', `${e.error?.ename || 'error'}: ${e.error?.evalue || ''}`); }
+            else if (e.error.traceback?.[0]) line('meta', `(${e.error.traceback[0]})`);
+            break;
         }
       });
     } catch (e) {
