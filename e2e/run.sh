@@ -27,6 +27,8 @@ bash e2e/setup.sh || {
 	echo "e2e/run.sh: set-up failed" >&2
 	exit 1
 }
+# set-up installed chromium: the console's browser test must run, not skip.
+export SANDBOXD_E2E_REQUIRE_BROWSER=1
 
 stage "go vet" go vet ./...
 stage "go vet (e2e)" go vet -tags e2e ./e2e/...
