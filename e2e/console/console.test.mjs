@@ -190,8 +190,34 @@ try {
   await fresh.waitForSelector('#signin', WAIT);
   await other.close();
 
-  step('kill, after confirming');
+  step('renew, pause and resume, each after confirming');
   await page.click('a[href$="/overview"]');
+  await page.waitForSelector('button[data-action="renew"]:not([disabled])', WAIT);
+  await page.click('button[data-action="renew"]');
+  await page.waitForSelector('dialog[open] #dialog-input', WAIT);
+  await page.fill('#dialog-input', '90');
+  await page.click('#dialog-ok');
+  const api = (path) => page.evaluate(async ({ path, key }) => (await fetch(path, { headers: { 'OPEN-SANDBOX-API-KEY': key } })).json(), { path, key });
+  const until = async (what, cond) => {
+    for (const end = Date.now() + WAIT.timeout; Date.now() < end; await page.waitForTimeout(300)) {
+      if (await cond()) return;
+    }
+    throw new Error(`gave up waiting for ${what}`);
+  };
+  await until('the renewed expiry', async () => new Date((await api(`/v1/sandboxes/${sandboxId}`)).expiresAt) - Date.now() > 80 * 60000);
+  await page.click('button[data-action="pause"]');
+  await page.waitForSelector('dialog[open]', WAIT);
+  await page.click('#dialog-ok');
+  await page.waitForSelector('button[data-action="resume"]', WAIT);
+  assert.equal((await api(`/v1/sandboxes/${sandboxId}`)).status.state, 'Paused');
+  await page.waitForFunction(() => /Paused/.test(document.querySelector('ol.history')?.textContent || ''), null, WAIT);
+  await page.click('button[data-action="resume"]');
+  await page.waitForSelector('dialog[open]', WAIT);
+  await page.click('#dialog-ok');
+  await page.waitForSelector('button[data-action="pause"]', WAIT);
+  assert.equal((await api(`/v1/sandboxes/${sandboxId}`)).status.state, 'Running');
+
+  step('kill, after confirming');
   await page.waitForSelector('button[data-action="kill"]', WAIT);
   await page.click('button[data-action="kill"]');
   await page.waitForSelector('dialog[open]', WAIT);

@@ -341,43 +341,50 @@ function showSandbox(id, tab) {
   const body = h('div', {});
   let sb = null;
 
-  const act = (label, cls, handler) => h('button', { class: cls, type: 'button', 'data-action': label.toLowerCase(), onclick: handler }, label);
+  const act = (action, label, cls, handler) => h('button', { class: cls, type: 'button', 'data-action': action, onclick: handler }, label);
+  // The buttons are made once and only updated, so that a click is never
+  // lost to a redraw.
+  const renewBtn = act('renew', 'Renew', 'ghost', () => renew());
+  const pauseBtn = act('pause', 'Pause', 'ghost', () => (sb && sb.status.state === 'Paused' ? resume() : pause()));
+  const killBtn = act('kill', 'Kill', 'danger', () => kill());
+  actions.append(renewBtn, pauseBtn, killBtn);
   const renderHead = () => {
     if (!sb) return;
-    state.replaceChildren(badge(sb.status.state));
+    const s = sb.status.state;
+    state.replaceChildren(badge(s));
     const exp = expiryText(sb, Date.now());
     expiry.textContent = sb.expiresAt ? `expires ${exp.text}` : 'no expiry';
     expiry.className = exp.cls || 'muted';
-    const s = sb.status.state;
-    actions.replaceChildren(
-      act('Renew', 'ghost', renew),
-      s === 'Paused' ? act('Resume', 'ghost', resume) : act('Pause', 'ghost', pause),
-      act('Kill', 'danger', kill));
-    for (const b of actions.querySelectorAll('button')) {
-      const a = b.dataset.action;
-      if ((a === 'pause' && s !== 'Running') || (a === 'renew' && !sb.expiresAt)) b.disabled = true;
-    }
+    pauseBtn.textContent = s === 'Paused' ? 'Resume' : 'Pause';
+    pauseBtn.dataset.action = s === 'Paused' ? 'resume' : 'pause';
+    pauseBtn.disabled = s !== 'Running' && s !== 'Paused';
+    renewBtn.disabled = !sb.expiresAt;
   };
+  // loadError is what the last refresh found wrong; actionError what the
+  // last button did, kept until the next action.
+  let loadError = '', actionError = '';
+  const showError = () => { err.textContent = actionError || loadError; };
   const load = async () => {
     try {
       sb = await getJSON(sandboxURL(id), { signal: ac.signal });
-      history.note(sb);
-      err.textContent = '';
+      seen.note(sb);
+      loadError = '';
       renderHead();
       onUpdate(sb);
     } catch (e) {
       if (e.name === 'AbortError') return;
-      err.textContent = e.status === 404 ? 'This sandbox no longer exists.' : e.message;
+      loadError = e.status === 404 ? 'This sandbox no longer exists.' : e.message;
     }
+    showError();
   };
-  const history = statusHistory(id);
+  const seen = statusHistory(id);
   let onUpdate = () => {};
 
   async function renew() {
     const minutes = await ask('Renew expiration', `Set ${id} to expire this many minutes from now.`, { label: 'Minutes', value: '30' });
     if (minutes === null) return;
     const n = Number(minutes);
-    if (!(n > 0)) { err.textContent = 'Minutes must be a positive number.'; return; }
+    if (!(n > 0)) { actionError = 'Minutes must be a positive number.'; showError(); return; }
     await perform(() => request('POST', sandboxURL(id, '/renew-expiration'), { body: { expiresAt: new Date(Date.now() + n * 60000).toISOString() } }));
   }
   async function pause() {
@@ -392,18 +399,21 @@ function showSandbox(id, tab) {
   }
   async function kill() {
     if (await ask('Kill sandbox', `Delete ${id}: its container, its volumes and everything in it. This cannot be undone.`, { danger: true, ok: 'Kill' })) {
-      await perform(() => request('DELETE', sandboxURL(id)));
-      location.hash = '#/';
+      if (await perform(() => request('DELETE', sandboxURL(id)))) location.hash = '#/';
     }
   }
+  // perform runs an action, then refreshes; it reports whether it worked.
   async function perform(fn) {
+    let ok = true;
     try {
       await fn();
-      err.textContent = '';
+      actionError = '';
     } catch (e) {
-      err.textContent = e.message;
+      actionError = e.message;
+      ok = false;
     }
     await load();
+    return ok;
   }
 
   mount(
@@ -417,7 +427,7 @@ function showSandbox(id, tab) {
       body));
 
   const views = { overview: overviewTab, commands: commandsTab, files: filesTab, logs: logsTab };
-  onUpdate = (views[tab] || overviewTab)(id, body, ac, history) || (() => {});
+  onUpdate = (views[tab] || overviewTab)(id, body, ac, seen) || (() => {});
   load();
   every(3000, load);
   every(1000, renderHead);
@@ -443,7 +453,7 @@ function statusHistory(id) {
 
 // ---- overview: info, charts, status history, terminal ----------------------
 
-function overviewTab(id, body, ac, history) {
+function overviewTab(id, body, ac, seen) {
   const info = h('dl', { class: 'info' });
   const hist = h('ol', { class: 'history' });
   const cpu = chart('CPU', '%', 1);
@@ -483,7 +493,7 @@ function overviewTab(id, body, ac, history) {
       ['Metadata', Object.keys(sb.metadata || {}).length ? chips(sb.metadata) : '—'],
     ];
     info.replaceChildren(...rows.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
-    hist.replaceChildren(...history.list().slice().reverse().map((e) =>
+    hist.replaceChildren(...seen.list().slice().reverse().map((e) =>
       h('li', {}, badge(e.state), ' ', h('span', { class: 'muted small' }, `${e.reason} · ${localTime(e.at)}`))));
   };
 }
