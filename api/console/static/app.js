@@ -282,7 +282,9 @@ function showList() {
     try {
       const list = await getJSON(`/v1/sandboxes?${q}`, { signal: ac.signal });
       items = list.items;
-      count.textContent = `${list.pagination.totalItems} sandbox${list.pagination.totalItems === 1 ? '' : 'es'}`;
+      const total = list.pagination.totalItems;
+      count.textContent = `${total} sandbox${total === 1 ? '' : 'es'}` +
+        (total > items.length ? ` (showing ${items.length}; narrow the filter)` : '');
       const aq = new URLSearchParams();
       for (const sb of items) aq.append('id', sb.id);
       activity = items.length ? await getJSON(`/console/api/activity?${aq}`, { signal: ac.signal }) : {};

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -57,17 +58,17 @@ func runShell(ctx context.Context, e *env, args []string) (int, error) {
 	if err := c.json(ctx, http.MethodPost, execdPath(id, "/pty"), nil, req, &created); err != nil {
 		return 1, err
 	}
+	session := execdPath(id, "/pty/"+url.PathEscape(created.SessionID))
 	// The shell goes with the session, whichever way this ends.
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = c.json(dctx, http.MethodDelete, execdPath(id, "/pty/"+created.SessionID), nil, nil, nil)
+		_ = c.json(dctx, http.MethodDelete, session, nil, nil, nil)
 	}()
 
-	ws := c.url(execdPath(id, "/pty/"+created.SessionID+"/ws"), nil)
+	ws := c.url(session+"/ws", nil)
 	ws = map[string]string{"http": "ws", "https": "wss"}[c.base.Scheme] + strings.TrimPrefix(ws, c.base.Scheme)
-	conn, res, err := websocket.DefaultDialer.DialContext(ctx, ws,
-		http.Header{headerAPIKey: {c.key}})
+	conn, res, err := websocket.DefaultDialer.DialContext(ctx, ws, http.Header{headerAPIKey: {c.key}})
 	if err != nil {
 		if res != nil {
 			return 1, fmt.Errorf("open terminal: %w (HTTP %d)", err, res.StatusCode)
