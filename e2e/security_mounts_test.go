@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
+	"strings"
 	"testing"
 
 	"github.com/docker/docker/api/types/volume"
@@ -148,4 +151,107 @@ func secForeignVolume(t *testing.T) string {
 		}
 	})
 	return name
+}
+
+// swapperSource is a program that swaps two paths with
+// renameat2(RENAME_EXCHANGE) in a loop, as hostile code in a sandbox can
+// do in a host directory it has mounted read-write.
+const swapperSource = `package main
+
+import (
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+func main() {
+	a, _ := syscall.BytePtrFromString(os.Args[1])
+	b, _ := syscall.BytePtrFromString(os.Args[2])
+	const atFDCWD, renameExchange = -100, 2
+	for {
+		fd := atFDCWD
+		syscall.Syscall6(SYSNO, uintptr(fd), uintptr(unsafe.Pointer(a)), uintptr(fd), uintptr(unsafe.Pointer(b)), renameExchange, 0)
+	}
+}
+`
+
+// buildSwapper compiles swapperSource for this machine into dir.
+func buildSwapper(t *testing.T, dir string) string {
+	t.Helper()
+	sysno := map[string]string{"amd64": "316", "arm64": "276"}[goruntime.GOARCH]
+	if sysno == "" {
+		t.Skipf("no renameat2 syscall number for %s", goruntime.GOARCH)
+	}
+	src := filepath.Join(t.TempDir(), "swapper.go")
+	if err := os.WriteFile(src, []byte(strings.Replace(swapperSource, "SYSNO", sysno, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "swapper")
+	cmd := exec.Command("go", "build", "-o", out, src)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the swapper: %v\n%s", err, b)
+	}
+	return out
+}
+
+// TestSecurityMountSwapRace is the host bind-mount race: sandbox A has
+// work/ mounted read-write and swaps work/sub (a real directory) with
+// work/link (a symlink to a directory outside the allowed prefix) in a
+// loop, while sandboxes B mount work/sub read-only. Whatever the timing, B
+// sees either work/sub's own content or a refusal, never the directory
+// outside the prefix (its marker file).
+func TestSecurityMountSwapRace(t *testing.T) {
+	root := t.TempDir()
+	allowed, outside := filepath.Join(root, "allowed"), filepath.Join(root, "outside")
+	work := filepath.Join(allowed, "work")
+	sub, link := filepath.Join(work, "sub"), filepath.Join(work, "link")
+	for _, d := range []string{outside, sub} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, content := range map[string]string{filepath.Join(outside, "outside-marker"): "foreign", filepath.Join(sub, "inside-marker"): "own"} {
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
+	buildSwapper(t, work)
+	s := startServer(t, withTOML(fmt.Sprintf("[storage]\nallowed_host_paths = [%q]\n", allowed)))
+
+	a := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"volumes": []any{
+		map[string]any{"name": "w", "mountPath": "/mnt/w", "host": map[string]any{"path": work}},
+	}}))
+	runCommand(t, s, a.ID, "/mnt/w/swapper /mnt/w/sub /mnt/w/link </dev/null >/dev/null 2>&1 &")
+
+	const tries = 25
+	var mounted, refused, swapped int
+	for i := 0; i < tries; i++ {
+		if fi, err := os.Lstat(sub); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			swapped++
+		}
+		req := busyboxWith(map[string]any{"volumes": []any{
+			map[string]any{"name": "s", "mountPath": "/mnt/s", "readOnly": true, "host": map[string]any{"path": sub}},
+		}})
+		status, hdr, body := s.do(t, http.MethodPost, "/v1/sandboxes", req, nil)
+		if status != http.StatusAccepted {
+			secWantError(t, "create during the swap", status, hdr, body, http.StatusBadRequest, "VOLUME::")
+			refused++
+			continue
+		}
+		b := decodeJSON[lcSandbox](t, body)
+		seen := runCommand(t, s, b.ID, "ls /mnt/s")
+		if strings.Contains(seen, "outside-marker") || !strings.Contains(seen, "inside-marker") {
+			t.Errorf("try %d: the sandbox mounted %q, not work/sub: it sees %q", i, sub, seen)
+		}
+		mounted++
+		wantEmpty(t, s, http.MethodDelete, sandboxPath(b.ID), http.StatusNoContent)
+	}
+	t.Logf("%d tries: %d mounted work/sub, %d refused; the swapper had work/sub swapped at %d of the samples", tries, mounted, refused, swapped)
+	if swapped == 0 {
+		t.Errorf("the swapper never swapped work/sub: the race was not run")
+	}
 }
