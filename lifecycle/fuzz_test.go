@@ -170,7 +170,7 @@ func FuzzCheckHostPath(f *testing.F) {
 		p = strings.ReplaceAll(p, "ROOT", root)
 		_, statErr := os.Lstat(p)
 		existed := statErr == nil
-		got, err := m.checkHostPath(context.Background(), "v", p)
+		got, prefix, err := m.checkHostPath(context.Background(), "v", p)
 		if err != nil {
 			var e *Error
 			if !errors.As(err, &e) || (e.Code != CodeVolInvalidHostPath && e.Code != CodeVolHostNotAllowed) {
@@ -180,12 +180,20 @@ func FuzzCheckHostPath(f *testing.F) {
 				t.Fatalf("checkHostPath(%q) refused the path but created it", p)
 			}
 		} else {
-			real, err := filepath.EvalSymlinks(got)
+			// Nothing is created by the check (the runtime creates below
+			// prefix without following symlinks), so judge what exists.
+			real, err := resolveExisting(got)
 			if err != nil {
 				t.Fatalf("checkHostPath(%q) = %q, which does not resolve: %v", p, got, err)
 			}
 			if !within(real, allowed) || within(real, state) || within(state, real) {
 				t.Fatalf("checkHostPath(%q) = %q (really %q), outside %s or over the state dir", p, got, real, allowed)
+			}
+			if prefix != allowed || !within(got, prefix) {
+				t.Fatalf("checkHostPath(%q) = %q below %q, want below %s", p, got, prefix, allowed)
+			}
+			if _, err := os.Lstat(p); err == nil && !existed {
+				t.Fatalf("checkHostPath(%q) created the path", p)
 			}
 		}
 		entries, err := os.ReadDir(outside)

@@ -406,6 +406,9 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 		log.ErrorContext(ctx, "create failed", "step", what, "err", err)
 		m.destroy(context.WithoutCancel(ctx), &p.rec, p.rec.ContainerID)
 		m.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
+		if e := mountRefusal(err); e != nil {
+			return nil, e
+		}
 		if e, ok := AsError(m.engineError(err, what)); ok && e.Kind == KindUnavailable {
 			return nil, e
 		}

@@ -71,19 +71,21 @@ func (m *Manager) engineHostPaths(ctx context.Context) ([]string, error) {
 }
 
 // checkHostPath validates a bind-mount source against the allow-list after
-// symlink resolution and creates it if missing. It never creates anything
-// outside an allowed prefix.
-func (m *Manager) checkHostPath(ctx context.Context, name, p string) (string, error) {
+// symlink resolution. It returns the resolved path and the resolved allowed
+// prefix it lies in: the runtime walks from that prefix to the path without
+// following symlinks, creates what is missing there and mounts what it
+// reached, so a path swapped after this check is not what gets mounted.
+func (m *Manager) checkHostPath(ctx context.Context, name, p string) (resolved, prefix string, err error) {
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.Contains(p, "\x00") {
-		return "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q must be absolute and normalised (no '..', '//' or trailing '/')", name, p)
+		return "", "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q must be absolute and normalised (no '..', '//' or trailing '/')", name, p)
 	}
-	resolved, err := resolveExisting(p)
+	resolved, err = resolveExisting(p)
 	if err != nil {
-		return "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q cannot be resolved: %v", name, p, err)
+		return "", "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q cannot be resolved: %v", name, p, err)
 	}
 	engine, err := m.engineHostPaths(ctx)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	forbidden := append(slices.Concat(forbiddenHostPaths, engine), m.cfg.Store.Dir)
 	for _, f := range forbidden {
@@ -92,38 +94,49 @@ func (m *Manager) checkHostPath(ctx context.Context, name, p string) (string, er
 			rf = f
 		}
 		if within(resolved, rf) || within(rf, resolved) || within(p, f) || within(f, p) {
-			return "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q would expose %s to the sandbox and is never allowed", name, p, f)
+			return "", "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q would expose %s to the sandbox and is never allowed", name, p, f)
 		}
 	}
-	allowed := false
 	for _, a := range m.cfg.Storage.AllowedHostPaths {
 		ra, err := resolveExisting(filepath.Clean(a))
 		if err != nil {
 			continue
 		}
 		if within(p, filepath.Clean(a)) && within(resolved, ra) {
-			allowed = true
+			prefix = ra
 			break
 		}
 	}
-	if !allowed {
+	if prefix == "" {
 		if len(m.cfg.Storage.AllowedHostPaths) == 0 {
-			return "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q refused: host mounts are disabled; list allowed prefixes in [storage] allowed_host_paths", name, p)
+			return "", "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q refused: host mounts are disabled; list allowed prefixes in [storage] allowed_host_paths", name, p)
 		}
-		return "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q (resolved %q) is not under [storage] allowed_host_paths %v", name, p, resolved, m.cfg.Storage.AllowedHostPaths)
+		return "", "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q (resolved %q) is not under [storage] allowed_host_paths %v", name, p, resolved, m.cfg.Storage.AllowedHostPaths)
 	}
+	// An early answer for the common mistakes; the runtime checks again
+	// by descriptor, and creates a missing directory.
 	fi, err := os.Stat(resolved)
 	switch {
 	case err == nil && !fi.IsDir() && !fi.Mode().IsRegular():
-		return "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q is neither a directory nor a regular file", name, p)
-	case errors.Is(err, os.ErrNotExist):
-		if err := os.MkdirAll(resolved, 0o755); err != nil {
-			return "", &Error{Kind: KindInternal, Code: CodeVolHostCreateFailed, Message: "volume " + name + ": cannot create host path " + p, Err: err}
-		}
-	case err != nil:
-		return "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q: %v", name, p, err)
+		return "", "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q is neither a directory nor a regular file", name, p)
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return "", "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q: %v", name, p, err)
 	}
-	return resolved, nil
+	return resolved, prefix, nil
+}
+
+// mountRefusal is the client error for a mount the runtime refused to
+// make as checked, or nil if err is not one.
+func mountRefusal(err error) *Error {
+	var me *runtime.MountError
+	if !errors.As(err, &me) {
+		return nil
+	}
+	code := CodeVolHostNotAllowed
+	if me.SubPath {
+		code = CodeVolInvalidSubPath
+	}
+	return &Error{Kind: KindInvalid, Code: code, Message: "volume at " + me.Target + " refused: " + me.Reason, Err: err}
 }
 
 // preparedVolumes are the mounts of a create request.
@@ -163,17 +176,17 @@ func (m *Manager) addVolumes(ctx context.Context, vols []Volume, pv *preparedVol
 	for _, v := range vols {
 		switch {
 		case v.Host != nil:
-			src, err := m.checkHostPath(ctx, v.Name, v.Host.Path)
+			src, prefix, err := m.checkHostPath(ctx, v.Name, v.Host.Path)
 			if err != nil {
 				return err
 			}
 			if v.SubPath != "" {
-				src, err = m.checkHostPath(ctx, v.Name, filepath.Join(src, v.SubPath))
+				src, prefix, err = m.checkHostPath(ctx, v.Name, filepath.Join(src, v.SubPath))
 				if err != nil {
 					return err
 				}
 			}
-			pv.mounts = append(pv.mounts, runtime.Mount{Type: "bind", Source: src, Target: v.MountPath, ReadOnly: v.ReadOnly})
+			pv.mounts = append(pv.mounts, runtime.Mount{Type: "bind", Source: src, Beneath: prefix, Target: v.MountPath, ReadOnly: v.ReadOnly})
 		case v.PVC != nil:
 			name := v.PVC.ClaimName
 			create := v.PVC.CreateIfNotExists == nil || *v.PVC.CreateIfNotExists
@@ -188,9 +201,11 @@ func (m *Manager) addVolumes(ctx context.Context, vols []Volume, pv *preparedVol
 			if created {
 				pv.created = append(pv.created, name)
 			}
-			owned := created || labels[LabelVolumeManaged] == "server"
+			// Another instance's managed volume is not ours to mount or to
+			// delete: the instance label decides, not the managed label.
+			owned := created || (labels[LabelVolumeManaged] == "server" && labels[LabelInstance] == m.instance)
 			if !owned && !allowedExisting {
-				return errf(KindInvalid, CodeVolPVCNotAllowed, "volume %q: existing named volume %q was not created by sandboxd; list it in [storage] allowed_volumes to allow it", v.Name, name)
+				return errf(KindInvalid, CodeVolPVCNotAllowed, "volume %q: existing named volume %q was not created by this sandboxd instance; list it in [storage] allowed_volumes to allow it", v.Name, name)
 			}
 			if v.PVC.DeleteOnSandboxTermination && owned {
 				pv.managed = append(pv.managed, name)

@@ -41,7 +41,7 @@ func TestCheckHostPath(t *testing.T) {
 		notCreated string // a path that must not exist afterwards
 	}{
 		{name: "existing dir", allow: []string{allowed}, path: allowed, want: allowed},
-		{name: "missing dir is created", allow: []string{allowed}, path: filepath.Join(allowed, "new", "deep"), want: filepath.Join(allowed, "new", "deep")},
+		{name: "missing dir is left to the runtime", allow: []string{allowed}, path: filepath.Join(allowed, "new", "deep"), want: filepath.Join(allowed, "new", "deep"), notCreated: filepath.Join(allowed, "new")},
 		{name: "existing regular file", allow: []string{allowed}, path: filepath.Join(allowed, "file.txt"), want: filepath.Join(allowed, "file.txt")},
 		{name: "allow-list entry not normalised", allow: []string{allowed + "/"}, path: filepath.Join(allowed, "n2"), want: filepath.Join(allowed, "n2")},
 		{name: "outside is refused and not created", allow: []string{allowed}, path: filepath.Join(outside, "made"), code: CodeVolHostNotAllowed, notCreated: filepath.Join(outside, "made")},
@@ -74,18 +74,15 @@ func TestCheckHostPath(t *testing.T) {
 					c.Store.Dir = tt.store
 				}
 			})
-			got, err := e.m.checkHostPath(context.Background(), "v", tt.path)
+			got, prefix, err := e.m.checkHostPath(context.Background(), "v", tt.path)
 			if tt.code != "" {
 				wantCode(t, err, KindInvalid, tt.code)
 			} else {
 				if err != nil {
 					t.Fatalf("checkHostPath(%q): %v", tt.path, err)
 				}
-				if got != tt.want {
-					t.Errorf("checkHostPath(%q) = %q, want %q", tt.path, got, tt.want)
-				}
-				if _, err := os.Stat(got); err != nil {
-					t.Errorf("allowed path not present afterwards: %v", err)
+				if got != tt.want || prefix != allowed {
+					t.Errorf("checkHostPath(%q) = %q below %q, want %q below %q", tt.path, got, prefix, tt.want, allowed)
 				}
 			}
 			if tt.notCreated != "" {
@@ -106,17 +103,17 @@ func TestCheckHostPathEnginePaths(t *testing.T) {
 	e.rt.SetEnginePaths(data, sock)
 	ctx := context.Background()
 	for _, p := range []string{data, filepath.Join(data, "volumes"), sock, filepath.Join(dir, "run"), dir} {
-		_, err := e.m.checkHostPath(ctx, "v", p)
+		_, _, err := e.m.checkHostPath(ctx, "v", p)
 		wantCode(t, err, KindInvalid, CodeVolHostNotAllowed)
 	}
-	if _, err := e.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err != nil {
+	if _, _, err := e.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err != nil {
 		t.Errorf("a path beside the engine's: %v", err)
 	}
 
 	// Until the engine says where it keeps them, no host path is mounted.
 	e2 := newEnv(t, func(c *config.Config) { c.Storage.AllowedHostPaths = []string{dir} })
 	e2.rt.FailPing(runtime.ErrUnavailable)
-	if _, err := e2.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err == nil {
+	if _, _, err := e2.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err == nil {
 		t.Error("a host path was accepted while the engine could not say where it keeps its data")
 	}
 }
@@ -137,7 +134,7 @@ func TestPrepareVolumes(t *testing.T) {
 			name: "host with subPath",
 			vols: []Volume{{Name: "h", MountPath: "/data", SubPath: "sub", ReadOnly: true, Host: &HostPath{Path: root}}},
 			wantMounts: []runtime.Mount{
-				{Type: "bind", Source: filepath.Join(root, "sub"), Target: "/data", ReadOnly: true},
+				{Type: "bind", Source: filepath.Join(root, "sub"), Beneath: root, Target: "/data", ReadOnly: true},
 			},
 		},
 		{
@@ -145,6 +142,26 @@ func TestPrepareVolumes(t *testing.T) {
 			vols:        []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "cache", DeleteOnSandboxTermination: true}}},
 			wantMounts:  []runtime.Mount{{Type: "volume", Source: "cache", Target: "/cache"}},
 			wantManaged: []string{"cache"},
+		},
+		{
+			name:     "another instance's managed volume refused",
+			vols:     []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "theirs", DeleteOnSandboxTermination: true}}},
+			existing: map[string]map[string]string{"theirs": {LabelVolumeManaged: "server", LabelInstance: "another-instance"}},
+			code:     CodeVolPVCNotAllowed,
+		},
+		{
+			name:        "another instance's managed volume allow-listed is never deleted",
+			vols:        []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "theirs", DeleteOnSandboxTermination: true}}},
+			existing:    map[string]map[string]string{"theirs": {LabelVolumeManaged: "server", LabelInstance: "another-instance"}},
+			allowedVols: []string{"theirs"},
+			wantMounts:  []runtime.Mount{{Type: "volume", Source: "theirs", Target: "/cache"}},
+		},
+		{
+			name:        "this instance's managed volume is deleted with the sandbox",
+			vols:        []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "ours", DeleteOnSandboxTermination: true}}},
+			existing:    map[string]map[string]string{"ours": {LabelVolumeManaged: "server", LabelInstance: "SELF"}},
+			wantMounts:  []runtime.Mount{{Type: "volume", Source: "ours", Target: "/cache"}},
+			wantManaged: []string{"ours"},
 		},
 		{
 			name:     "foreign volume refused",
@@ -180,6 +197,9 @@ func TestPrepareVolumes(t *testing.T) {
 				c.Storage.AllowedVolumes = tt.allowedVols
 			})
 			for name, labels := range tt.existing {
+				if labels[LabelInstance] == "SELF" {
+					labels[LabelInstance] = e.m.instance
+				}
 				if _, _, err := e.rt.EnsureVolume(context.Background(), name, true, labels); err != nil {
 					t.Fatal(err)
 				}

@@ -34,6 +34,7 @@ type Runtime interface {
 	// ImageExists reports whether ref is present locally.
 	ImageExists(ctx context.Context, ref string) (bool, error)
 	// Create creates (but does not start) a container and returns its id.
+	// A mount it cannot make exactly as checked is a *MountError.
 	Create(ctx context.Context, spec Spec) (string, error)
 	Start(ctx context.Context, id string) error
 	Inspect(ctx context.Context, id string) (Container, error)
@@ -112,8 +113,24 @@ type Mount struct {
 	Source   string // host path or volume name
 	Target   string
 	ReadOnly bool
-	SubPath  string // inside a volume (Engine API >= 1.45 only)
+	SubPath  string // a directory inside the volume, mounted instead of all of it
+	// Beneath, for a bind, is the checked directory Source lies in (an
+	// allowed prefix). The runtime reaches Source from it without
+	// following symlinks, creates missing directories, and mounts exactly
+	// what it reached; a Source that is not below Beneath is refused.
+	Beneath string
 }
+
+// MountError is a mount Create refuses: what was asked cannot be mounted
+// as checked (a path swapped for a symlink, a subPath this engine cannot
+// confine). It is the request's fault, not the engine's.
+type MountError struct {
+	Target  string // the mount's path in the sandbox
+	SubPath bool   // the refusal is about Mount.SubPath
+	Reason  string
+}
+
+func (e *MountError) Error() string { return "mount at " + e.Target + ": " + e.Reason }
 
 // Container is the engine's view of one container.
 type Container struct {

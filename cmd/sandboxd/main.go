@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -146,7 +147,7 @@ func serve(args []string) error {
 		return err
 	}
 	defer store.Close()
-	rt, err := docker.New(ctx, docker.Options{Host: cfg.Docker.Host, APITimeout: cfg.Docker.APITimeout.Duration, Logger: log})
+	rt, err := docker.New(ctx, docker.Options{Host: cfg.Docker.Host, APITimeout: cfg.Docker.APITimeout.Duration, Logger: log, MountDir: filepath.Join(cfg.Store.Dir, "mounts")})
 	if err != nil {
 		return err
 	}

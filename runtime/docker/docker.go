@@ -37,6 +37,10 @@ type Options struct {
 	// agent volume and run inside every sandbox.
 	AgentBinary string
 	Logger      *slog.Logger
+	// MountDir is a directory only sandboxd can reach (under its state
+	// dir) where host mounts are pinned until their container started;
+	// "" never pins (see mounts.go).
+	MountDir string
 }
 
 // Docker drives sandboxes through the Docker Engine API.
@@ -48,6 +52,12 @@ type Docker struct {
 
 	mu       sync.Mutex
 	sessions map[string]*agentSession // by container id
+
+	mountDir string
+	pinOnce  sync.Once
+	pinErr   error // why mounts cannot be pinned; nil if they can
+	pinMu    sync.Mutex
+	pins     map[string]string // container id → its pin directory, until it starts
 }
 
 var _ runtime.Runtime = (*Docker)(nil)
@@ -73,6 +83,11 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		timeout:  opts.APITimeout,
 		log:      opts.Logger,
 		sessions: map[string]*agentSession{},
+		mountDir: opts.MountDir,
+		pins:     map[string]string{},
+	}
+	if opts.MountDir != "" {
+		sweepPins(opts.MountDir)
 	}
 	agent, err := newAgentVolume(opts.AgentBinary)
 	if err != nil {
@@ -256,20 +271,11 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 	if spec.GPUCount != 0 {
 		host.Resources.DeviceRequests = []container.DeviceRequest{{Count: spec.GPUCount, Capabilities: [][]string{{"gpu"}}}}
 	}
-	for _, m := range spec.Mounts {
-		mm := mount.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
-		switch m.Type {
-		case "bind":
-			mm.Type = mount.TypeBind
-			mm.BindOptions = &mount.BindOptions{CreateMountpoint: false}
-		default:
-			mm.Type = mount.TypeVolume
-			if m.SubPath != "" {
-				mm.VolumeOptions = &mount.VolumeOptions{Subpath: m.SubPath}
-			}
-		}
-		host.Mounts = append(host.Mounts, mm)
+	mounts, pinDir, err := d.planMounts(ctx, spec.Name, spec.Mounts)
+	if err != nil {
+		return "", err
 	}
+	host.Mounts = append(host.Mounts, mounts...)
 	var plat *ocispec.Platform
 	if spec.Platform != "" {
 		os, arch, _ := strings.Cut(spec.Platform, "/")
@@ -279,8 +285,12 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 	defer cancel()
 	resp, err := d.cli.ContainerCreate(cctx, cfg, host, nil, plat, spec.Name)
 	if err != nil {
+		if pinDir != "" {
+			unpinAll(pinDir)
+		}
 		return "", wrap(err, "create container %s", spec.Name)
 	}
+	d.trackPins(resp.ID, pinDir)
 	return resp.ID, nil
 }
 
@@ -288,6 +298,7 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 func (d *Docker) Start(ctx context.Context, id string) error {
 	ctx, cancel := d.call(ctx)
 	defer cancel()
+	defer d.releasePins(id)
 	return wrap(d.cli.ContainerStart(ctx, id, container.StartOptions{}), "start container %s", id)
 }
 
@@ -369,6 +380,7 @@ const (
 // refused removal is tried again; a container already gone is removed.
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	d.dropSession(id)
+	defer d.releasePins(id)
 	var err error
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := d.call(ctx)

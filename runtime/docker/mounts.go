@@ -1,0 +1,236 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/versions"
+
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// Host mounts are a time-of-check/time-of-use problem: lifecycle checks a
+// path, Docker resolves the same string again when the container starts,
+// and a sandbox that can write a directory on that path (it has a parent
+// mounted read-write) can swap a component for a symlink in between
+// (renameat2 RENAME_EXCHANGE in a loop), so that Docker mounts the host's
+// `/` instead. Two ways out, chosen once per runtime:
+//
+//   - pinned (sandboxd is root in the engine's mount namespace): the
+//     checked directory is opened component by component without
+//     following symlinks, and that descriptor is bind-mounted onto a
+//     directory under sandboxd's state dir, which no sandbox can reach.
+//     Docker is given that directory: whatever happens to the original
+//     path afterwards, the engine mounts the directory that was opened.
+//     The pin is detached once the container has started (its own mount
+//     is a private copy), so pins never pile up.
+//   - refused (no privilege, or the engine lives elsewhere): Docker gets
+//     the path string, but only when no container has a read-write bind
+//     mount above it, i.e. when no sandbox can swap any part of it.
+//
+// Volume subPath on engines before API 1.45 (which ignore the option and
+// would mount the whole volume) is bound from the volume's mountpoint the
+// pinned way, or refused.
+
+// subPathAPI is the first Engine API version that honours
+// VolumeOptions.Subpath.
+const subPathAPI = "1.45"
+
+// pinner says whether this runtime can pin mounts (nil) or why not.
+func (d *Docker) pinner() error {
+	d.pinOnce.Do(func() {
+		if d.mountDir == "" {
+			d.pinErr = fmt.Errorf("no state directory to pin mounts in")
+			return
+		}
+		sock, ok := strings.CutPrefix(d.cli.DaemonHost(), "unix://")
+		if !ok {
+			d.pinErr = fmt.Errorf("the engine at %s is not on this host", d.cli.DaemonHost())
+			return
+		}
+		d.pinErr = canPin(sock, d.mountDir)
+	})
+	return d.pinErr
+}
+
+// planMounts turns the spec's mounts into Docker's, pinning what needs it
+// under <mountDir>/<name>. It returns the pin directory ("" if none); the
+// caller releases it when the container has started or was not made.
+func (d *Docker) planMounts(ctx context.Context, name string, ms []runtime.Mount) ([]mount.Mount, string, error) {
+	var out []mount.Mount
+	pinDir := ""
+	var containers []container.Summary // listed once, in the refused mode
+	listed := false
+	fail := func(err error) ([]mount.Mount, string, error) {
+		if pinDir != "" {
+			unpinAll(pinDir)
+		}
+		return nil, "", err
+	}
+	for i, m := range ms {
+		mm := mount.Mount{Type: mount.TypeVolume, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
+		base, rel := "", ""
+		switch {
+		case m.Type == "bind":
+			r, err := filepath.Rel(m.Beneath, m.Source)
+			if m.Beneath == "" || err != nil || r == ".." || strings.HasPrefix(r, "../") {
+				return fail(&runtime.MountError{Target: m.Target, Reason: fmt.Sprintf("host path %s is not below the checked directory %q", m.Source, m.Beneath)})
+			}
+			base, rel = m.Beneath, r
+			mm.Type = mount.TypeBind
+			mm.BindOptions = &mount.BindOptions{CreateMountpoint: false}
+		case m.SubPath != "" && !versions.LessThan(d.cli.ClientVersion(), subPathAPI):
+			mm.VolumeOptions = &mount.VolumeOptions{Subpath: m.SubPath}
+		case m.SubPath != "":
+			mp, err := d.subPathBase(ctx, m)
+			if err != nil {
+				return fail(err)
+			}
+			base, rel = mp, m.SubPath
+			mm.Type, mm.Source = mount.TypeBind, ""
+			mm.BindOptions = &mount.BindOptions{CreateMountpoint: false}
+		}
+		if base == "" {
+			out = append(out, mm)
+			continue
+		}
+		f, err := openBeneath(base, rel)
+		if err != nil {
+			return fail(&runtime.MountError{Target: m.Target, SubPath: m.Type != "bind", Reason: err.Error()})
+		}
+		perr := d.pinner()
+		switch {
+		case perr == nil:
+			if pinDir == "" {
+				pinDir = filepath.Join(d.mountDir, name)
+				unpinAll(pinDir) // a leftover of a create that crashed
+				if err := os.MkdirAll(pinDir, 0o700); err != nil {
+					f.Close()
+					return fail(fmt.Errorf("create pin directory: %w", err))
+				}
+			}
+			mm.Source = filepath.Join(pinDir, strconv.Itoa(i))
+			err = pin(f, mm.Source)
+			f.Close()
+			if err != nil {
+				return fail(fmt.Errorf("pin %s for %s: %w", filepath.Join(base, rel), m.Target, err))
+			}
+		default: // a host path (subPathBase refused the unpinnable volumes)
+			f.Close()
+			if !listed {
+				ctx, cancel := d.call(ctx)
+				containers, err = d.cli.ContainerList(ctx, container.ListOptions{All: true})
+				cancel()
+				if err != nil {
+					return fail(wrap(err, "list containers"))
+				}
+				listed = true
+			}
+			if w := writableAbove(m.Source, containers); w != "" {
+				return fail(&runtime.MountError{Target: m.Target, Reason: fmt.Sprintf(
+					"host path %s is below %s, which a container mounts read-write: a sandbox could swap part of the path before the engine mounts it, and sandboxd cannot pin the mount here (%v)", m.Source, w, perr)})
+			}
+			mm.Source = m.Source
+		}
+		out = append(out, mm)
+	}
+	return out, pinDir, nil
+}
+
+// subPathBase returns the host directory of a named volume whose subPath
+// an old engine would ignore: only a local-driver volume without mount
+// options has its content there.
+func (d *Docker) subPathBase(ctx context.Context, m runtime.Mount) (string, error) {
+	cctx, cancel := d.call(ctx)
+	v, err := d.cli.VolumeInspect(cctx, m.Source)
+	cancel()
+	if err != nil {
+		return "", wrap(err, "inspect volume %s", m.Source)
+	}
+	if v.Driver != "local" || len(v.Options) > 0 || v.Mountpoint == "" {
+		return "", &runtime.MountError{Target: m.Target, SubPath: true, Reason: fmt.Sprintf(
+			"this engine (API %s) ignores subPath and would mount the whole volume; sandboxd binds a sub-directory itself only for local-driver volumes without mount options (volume %s has driver %q); use Docker 26 or newer", d.cli.ClientVersion(), m.Source, v.Driver)}
+	}
+	if err := d.pinner(); err != nil {
+		return "", &runtime.MountError{Target: m.Target, SubPath: true, Reason: fmt.Sprintf(
+			"this engine (API %s) ignores subPath and would mount the whole volume, and sandboxd cannot bind the sub-directory safely here (%v); use Docker 26 or newer, or run sandboxd as root beside the engine", d.cli.ClientVersion(), err)}
+	}
+	return v.Mountpoint, nil
+}
+
+// writableAbove returns the source of a read-write bind mount of one of
+// the containers that p lies strictly below, or "". p itself mounted
+// read-write elsewhere is fine: a sandbox cannot rename its own mount.
+func writableAbove(p string, cs []container.Summary) string {
+	for _, c := range cs {
+		for _, m := range c.Mounts {
+			if m.Type != mount.TypeBind || !m.RW || m.Source == "" {
+				continue
+			}
+			src := filepath.Clean(m.Source)
+			if src == "/" || strings.HasPrefix(p, src+"/") {
+				if p != src {
+					return src
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// trackPins remembers the pin directory of a created container.
+func (d *Docker) trackPins(id, dir string) {
+	if dir == "" {
+		return
+	}
+	d.pinMu.Lock()
+	d.pins[id] = dir
+	d.pinMu.Unlock()
+}
+
+// releasePins detaches a container's pins: after it started (its mounts
+// are its own now) or when it is removed before it ever ran. A later
+// start of the same container finds no source and fails, which is safe.
+func (d *Docker) releasePins(id string) {
+	d.pinMu.Lock()
+	dir, ok := d.pins[id]
+	delete(d.pins, id)
+	d.pinMu.Unlock()
+	if ok {
+		unpinAll(dir)
+	}
+}
+
+// unpinAll detaches every pin in dir and removes the empty mount points.
+// It never removes recursively: a pin still attached would hand it the
+// checked host directory's content.
+func unpinAll(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		unpin(p)
+		os.Remove(p)
+	}
+	os.Remove(dir)
+}
+
+// sweepPins releases the pins a previous run left behind (it crashed
+// between create and start); one sandboxd owns the state directory.
+func sweepPins(mountDir string) {
+	entries, err := os.ReadDir(mountDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		unpinAll(filepath.Join(mountDir, e.Name()))
+	}
+}
