@@ -292,6 +292,7 @@ func (s *Server) Restart() {
 func (s *Server) cleanup() {
 	s.Stop()
 	removeInstanceContainers(s.t, s.InstanceID)
+	releaseMountPins(s.t, s.Dir)
 	if s.t.Failed() {
 		s.t.Logf("sandboxd log (%s):\n%s", s.LogPath, s.logTail())
 	}

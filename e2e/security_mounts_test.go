@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/docker/docker/api/types/volume"
@@ -227,7 +228,7 @@ func TestSecurityMountSwapRace(t *testing.T) {
 	}}))
 	runCommand(t, s, a.ID, "/mnt/w/swapper /mnt/w/sub /mnt/w/link </dev/null >/dev/null 2>&1 &")
 
-	const tries = 25
+	const tries = 30
 	var mounted, refused, swapped int
 	for i := 0; i < tries; i++ {
 		if fi, err := os.Lstat(sub); err == nil && fi.Mode()&os.ModeSymlink != 0 {
@@ -253,5 +254,29 @@ func TestSecurityMountSwapRace(t *testing.T) {
 	t.Logf("%d tries: %d mounted work/sub, %d refused; the swapper had work/sub swapped at %d of the samples", tries, mounted, refused, swapped)
 	if swapped == 0 {
 		t.Errorf("the swapper never swapped work/sub: the race was not run")
+	}
+	// Pins go with their sandbox: only A's is left.
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if n := strings.Count(string(info), s.Dir); err != nil || n != 1 {
+		t.Errorf("%d mounts under the server's state dir with one sandbox left (%v):\n%s", n, err, info)
+	}
+}
+
+// releaseMountPins detaches the host mounts sandboxd pinned under dir (its
+// state dir) for containers the harness removed behind its back, so that
+// removing the temporary directory never descends into a pinned host
+// directory.
+func releaseMountPins(t testing.TB, dir string) {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Errorf("read mountinfo: %v", err)
+		return
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			if err := syscall.Unmount(f[4], syscall.MNT_DETACH); err != nil {
+				t.Errorf("detach the pin %s: %v", f[4], err)
+			}
+		}
 	}
 }

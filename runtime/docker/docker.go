@@ -38,7 +38,7 @@ type Options struct {
 	AgentBinary string
 	Logger      *slog.Logger
 	// MountDir is a directory only sandboxd can reach (under its state
-	// dir) where host mounts are pinned until their container started;
+	// dir) where host mounts are pinned while their container exists;
 	// "" never pins (see mounts.go).
 	MountDir string
 }
@@ -56,8 +56,6 @@ type Docker struct {
 	mountDir string
 	pinOnce  sync.Once
 	pinErr   error // why mounts cannot be pinned; nil if they can
-	pinMu    sync.Mutex
-	pins     map[string]string // container id → its pin directory, until it starts
 }
 
 var _ runtime.Runtime = (*Docker)(nil)
@@ -84,16 +82,13 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		log:      opts.Logger,
 		sessions: map[string]*agentSession{},
 		mountDir: opts.MountDir,
-		pins:     map[string]string{},
-	}
-	if opts.MountDir != "" {
-		sweepPins(opts.MountDir)
 	}
 	agent, err := newAgentVolume(opts.AgentBinary)
 	if err != nil {
 		return nil, err
 	}
 	d.agent = agent
+	d.sweepPins(ctx)
 	return d, nil
 }
 
@@ -290,7 +285,6 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 		}
 		return "", wrap(err, "create container %s", spec.Name)
 	}
-	d.trackPins(resp.ID, pinDir)
 	return resp.ID, nil
 }
 
@@ -298,7 +292,6 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 func (d *Docker) Start(ctx context.Context, id string) error {
 	ctx, cancel := d.call(ctx)
 	defer cancel()
-	defer d.releasePins(id)
 	return wrap(d.cli.ContainerStart(ctx, id, container.StartOptions{}), "start container %s", id)
 }
 
@@ -380,13 +373,17 @@ const (
 // refused removal is tried again; a container already gone is removed.
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	d.dropSession(id)
-	defer d.releasePins(id)
+	release := d.releasePins(ctx, id)
 	var err error
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := d.call(ctx)
 		err = wrap(d.cli.ContainerRemove(cctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}), "remove container %s", id)
 		cancel()
-		if err == nil || errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrUnavailable) || attempt == removeAttempts {
+		if err == nil || errors.Is(err, runtime.ErrNotFound) {
+			release()
+			return err
+		}
+		if errors.Is(err, runtime.ErrUnavailable) || attempt == removeAttempts {
 			return err
 		}
 		d.log.Warn("container removal refused; retrying", "container", id, "err", err)

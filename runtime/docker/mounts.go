@@ -28,8 +28,8 @@ import (
 //     directory under sandboxd's state dir, which no sandbox can reach.
 //     Docker is given that directory: whatever happens to the original
 //     path afterwards, the engine mounts the directory that was opened.
-//     The pin is detached once the container has started (its own mount
-//     is a private copy), so pins never pile up.
+//     The pin stays while the container exists (Docker mounts the source
+//     again for its archive API and on a restart) and goes with it.
 //   - refused (no privilege, or the engine lives elsewhere): Docker gets
 //     the path string, but only when no container has a read-write bind
 //     mount above it, i.e. when no sandbox can swap any part of it.
@@ -60,8 +60,8 @@ func (d *Docker) pinner() error {
 }
 
 // planMounts turns the spec's mounts into Docker's, pinning what needs it
-// under <mountDir>/<name>. It returns the pin directory ("" if none); the
-// caller releases it when the container has started or was not made.
+// under <mountDir>/<name>. It returns the pin directory ("" if none), for
+// the caller to release if the container is not made.
 func (d *Docker) planMounts(ctx context.Context, name string, ms []runtime.Mount) ([]mount.Mount, string, error) {
 	var out []mount.Mount
 	pinDir := ""
@@ -109,7 +109,7 @@ func (d *Docker) planMounts(ctx context.Context, name string, ms []runtime.Mount
 		case perr == nil:
 			if pinDir == "" {
 				pinDir = filepath.Join(d.mountDir, name)
-				unpinAll(pinDir) // a leftover of a create that crashed
+				unpinAll(pinDir) // a leftover of a failed create of this name
 				if err := os.MkdirAll(pinDir, 0o700); err != nil {
 					f.Close()
 					return fail(fmt.Errorf("create pin directory: %w", err))
@@ -184,27 +184,21 @@ func writableAbove(p string, cs []container.Summary) string {
 	return ""
 }
 
-// trackPins remembers the pin directory of a created container.
-func (d *Docker) trackPins(id, dir string) {
-	if dir == "" {
-		return
+// releasePins returns what releases a container's pins once it is
+// removed; it asks the engine for the container's name only when there
+// are pins at all.
+func (d *Docker) releasePins(ctx context.Context, id string) func() {
+	if entries, err := os.ReadDir(d.mountDir); d.mountDir == "" || err != nil || len(entries) == 0 {
+		return func() {}
 	}
-	d.pinMu.Lock()
-	d.pins[id] = dir
-	d.pinMu.Unlock()
-}
-
-// releasePins detaches a container's pins: after it started (its mounts
-// are its own now) or when it is removed before it ever ran. A later
-// start of the same container finds no source and fails, which is safe.
-func (d *Docker) releasePins(id string) {
-	d.pinMu.Lock()
-	dir, ok := d.pins[id]
-	delete(d.pins, id)
-	d.pinMu.Unlock()
-	if ok {
-		unpinAll(dir)
+	cctx, cancel := d.call(ctx)
+	info, err := d.cli.ContainerInspect(cctx, id)
+	cancel()
+	if err != nil {
+		return func() {}
 	}
+	dir := filepath.Join(d.mountDir, strings.TrimPrefix(info.Name, "/"))
+	return func() { unpinAll(dir) }
 }
 
 // unpinAll detaches every pin in dir and removes the empty mount points.
@@ -223,14 +217,30 @@ func unpinAll(dir string) {
 	os.Remove(dir)
 }
 
-// sweepPins releases the pins a previous run left behind (it crashed
-// between create and start); one sandboxd owns the state directory.
-func sweepPins(mountDir string) {
-	entries, err := os.ReadDir(mountDir)
-	if err != nil {
+// sweepPins releases the pins of containers that no longer exist (removed
+// while sandboxd was down, or a create that crashed); one sandboxd owns
+// the state directory. If the engine does not answer, pins stay.
+func (d *Docker) sweepPins(ctx context.Context) {
+	entries, err := os.ReadDir(d.mountDir)
+	if d.mountDir == "" || err != nil || len(entries) == 0 {
 		return
 	}
+	cctx, cancel := d.call(ctx)
+	list, err := d.cli.ContainerList(cctx, container.ListOptions{All: true})
+	cancel()
+	if err != nil {
+		d.log.Warn("cannot list containers to release their mount pins", "err", err)
+		return
+	}
+	alive := map[string]bool{}
+	for _, c := range list {
+		for _, n := range c.Names {
+			alive[strings.TrimPrefix(n, "/")] = true
+		}
+	}
 	for _, e := range entries {
-		unpinAll(filepath.Join(mountDir, e.Name()))
+		if !alive[e.Name()] {
+			unpinAll(filepath.Join(d.mountDir, e.Name()))
+		}
 	}
 }
