@@ -179,3 +179,45 @@ func removeVolumeAtEnd(t testing.TB, name string) {
 		}
 	})
 }
+
+// TestLifecycleVolumeSubPath mounts one directory of a named volume. On
+// engines before API 1.45 (Docker 20.10 here) the engine drops the subPath
+// option and would mount the whole volume writable; sandboxd binds the
+// sub-directory itself. Only the subtree is visible, readOnly holds, and a
+// subPath through a symlink inside the volume is refused.
+func TestLifecycleVolumeSubPath(t *testing.T) {
+	claim := "sandboxd-e2e-sub-" + randomHex(t, 4)
+	removeVolumeAtEnd(t, claim)
+	s := startServer(t)
+	vol := func(subPath string, readOnly bool) map[string]any {
+		v := map[string]any{"name": "d", "pvc": map[string]any{"claimName": claim}, "mountPath": "/mnt/d", "readOnly": readOnly}
+		if subPath != "" {
+			v["subPath"] = subPath
+		}
+		return v
+	}
+	whole := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"volumes": []any{vol("", false)}}))
+	runCommand(t, s, whole.ID, "mkdir -p /mnt/d/datasets/train && echo train > /mnt/d/datasets/train/a.txt && echo secret > /mnt/d/top.txt && ln -s / /mnt/d/datasets/root && ln -s ../.. /mnt/d/datasets/up")
+
+	sub := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"volumes": []any{vol("datasets/train", true)}}))
+	if got := runCommand(t, s, sub.ID, "ls -A /mnt/d"); got != "a.txt" {
+		t.Errorf("subPath datasets/train shows %q, want only a.txt", got)
+	}
+	if got := runCommand(t, s, sub.ID, "cat /mnt/d/a.txt"); got != "train" {
+		t.Errorf("a.txt in the subPath mount: %q", got)
+	}
+	if got := runCommand(t, s, sub.ID, "touch /mnt/d/new 2>/dev/null && echo writable || echo read-only"); got != "read-only" {
+		t.Errorf("readOnly subPath mount: %s", got)
+	}
+	if got := runCommand(t, s, whole.ID, "ls /mnt/d/datasets/train"); got != "a.txt" {
+		t.Errorf("the volume's subtree after the read-only sandbox tried to write: %q", got)
+	}
+
+	for _, p := range []string{"datasets/root", "datasets/root/etc", "datasets/up/top.txt"} {
+		req := busyboxWith(map[string]any{"volumes": []any{vol(p, true)}})
+		doError(t, s, http.MethodPost, "/v1/sandboxes", req, http.StatusBadRequest, "VOLUME::INVALID_SUB_PATH")
+	}
+	if l := listSandboxes(t, s, "/v1", ""); len(l.Items) != 2 {
+		t.Errorf("refused subPath creates left sandboxes: %v", ids(l.Items))
+	}
+}
