@@ -83,7 +83,12 @@ func TestSecurityMounts(t *testing.T) {
 		{name: "state directory", vol: host(filepath.Join(s.Dir, "store")), code: "VOLUME::HOST_PATH_NOT_ALLOWED"},
 		{
 			name: "existing named volume not made by sandboxd",
-			vol:  map[string]any{"name": "v", "mountPath": "/mnt/v", "pvc": map[string]any{"claimName": secForeignVolume(t), "createIfNotExists": false}},
+			vol:  map[string]any{"name": "v", "mountPath": "/mnt/v", "pvc": map[string]any{"claimName": secForeignVolume(t, nil), "createIfNotExists": false}},
+			code: "VOLUME::PVC_NOT_ALLOWED",
+		},
+		{
+			name: "named volume managed by another instance",
+			vol:  map[string]any{"name": "v", "mountPath": "/mnt/v", "pvc": map[string]any{"claimName": secOtherInstanceVolume(t), "deleteOnSandboxTermination": true}},
 			code: "VOLUME::PVC_NOT_ALLOWED",
 		},
 	}
@@ -135,13 +140,13 @@ func TestSecurityMountsLegacyAllowAll(t *testing.T) {
 	}
 }
 
-// secForeignVolume makes a named volume that sandboxd did not create and
-// removes it when the test ends.
-func secForeignVolume(t *testing.T) string {
+// secForeignVolume makes a named volume with labels that this sandboxd
+// did not create and removes it when the test ends.
+func secForeignVolume(t *testing.T, labels map[string]string) string {
 	t.Helper()
 	name := "sandboxd-e2e-foreign-" + randomHex(t, 4)
 	c := dockerClient(t)
-	if _, err := c.VolumeCreate(t.Context(), volume.CreateOptions{Name: name}); err != nil {
+	if _, err := c.VolumeCreate(t.Context(), volume.CreateOptions{Name: name, Labels: labels}); err != nil {
 		t.Fatalf("create volume %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -278,5 +283,26 @@ func releaseMountPins(t testing.TB, dir string) {
 				t.Errorf("detach the pin %s: %v", f[4], err)
 			}
 		}
+	}
+}
+
+// secOtherInstanceVolume makes a named volume labelled as managed by
+// another sandboxd instance on the same engine.
+func secOtherInstanceVolume(t *testing.T) string {
+	return secForeignVolume(t, map[string]string{"opensandbox.io/volume-managed-by": "server", labelInstance: "e2e-other-" + randomHex(t, 4)})
+}
+
+// TestSecurityMountsOtherInstanceVolume: another instance's managed
+// volume, even allow-listed and asked to go with the sandbox, survives the
+// sandbox (only this instance's volumes are deleted).
+func TestSecurityMountsOtherInstanceVolume(t *testing.T) {
+	theirs := secOtherInstanceVolume(t)
+	s := startServer(t, withTOML(fmt.Sprintf("[storage]\nallowed_volumes = [%q]\n", theirs)))
+	sb := createSandbox(t, s, "/v1/sandboxes", secVolumeRequest(map[string]any{
+		"name": "v", "mountPath": "/mnt/v", "pvc": map[string]any{"claimName": theirs, "deleteOnSandboxTermination": true},
+	}))
+	wantEmpty(t, s, http.MethodDelete, sandboxPath(sb.ID), http.StatusNoContent)
+	if !volumeExists(t, theirs) {
+		t.Errorf("another instance's volume %s was deleted with this instance's sandbox", theirs)
 	}
 }
