@@ -2,8 +2,10 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/config"
@@ -236,4 +238,27 @@ func equalMounts(a, b []runtime.Mount) bool {
 		}
 	}
 	return true
+}
+
+// A mount the runtime refuses to make as checked is the request's fault:
+// a 400 with the volume code, and nothing left behind.
+func TestCreateMountRefused(t *testing.T) {
+	for _, tt := range []struct {
+		err  *runtime.MountError
+		code string
+	}{
+		{&runtime.MountError{Target: "/data", Reason: "swapped"}, CodeVolHostNotAllowed},
+		{&runtime.MountError{Target: "/data", SubPath: true, Reason: "old engine"}, CodeVolInvalidSubPath},
+	} {
+		e := newEnv(t, nil)
+		e.rt.FailCreate(fmt.Errorf("create: %w", tt.err))
+		_, err := e.m.Create(context.Background(), validRequest())
+		wantCode(t, err, KindInvalid, tt.code)
+		if !strings.Contains(err.Error(), tt.err.Reason) {
+			t.Errorf("error %q does not say why (%s)", err, tt.err.Reason)
+		}
+		if recs, _ := e.store.Sandboxes(); len(recs) != 0 {
+			t.Errorf("refused create left records: %+v", recs)
+		}
+	}
 }
