@@ -182,4 +182,28 @@ func TestPin(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "moved", "mine")); err != nil {
 		t.Errorf("unpinAll touched the pinned directory's content: %v", err)
 	}
+
+	// A regular file is pinned onto a file.
+	if err := os.WriteFile(filepath.Join(root, "moved", "f"), []byte("content"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err = openBeneath(root, "moved/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pin(f, target)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(target); err != nil || string(b) != "content" {
+		t.Errorf("the file pin reads %q, %v", b, err)
+	}
+	unpinAll(filepath.Join(pins, "p"))
+	if b, err := os.ReadFile(filepath.Join(root, "moved", "f")); err != nil || string(b) != "content" {
+		t.Errorf("unpinAll touched the pinned file: %q, %v", b, err)
+	}
 }
