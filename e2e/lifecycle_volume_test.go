@@ -38,10 +38,14 @@ func TestLifecycleVolumes(t *testing.T) {
 			map[string]any{"name": "work", "host": map[string]string{"path": allowed}, "mountPath": "/mnt/host"},
 			map[string]any{"name": "ro", "host": map[string]string{"path": allowed}, "mountPath": "/mnt/ro", "readOnly": true},
 			map[string]any{"name": "fresh", "host": map[string]string{"path": fresh}, "mountPath": "/mnt/fresh"},
+			map[string]any{"name": "file", "host": map[string]string{"path": filepath.Join(allowed, "from-host.txt")}, "mountPath": "/mnt/file.txt", "readOnly": true},
 			map[string]any{"name": "cache", "pvc": map[string]any{"claimName": claim, "deleteOnSandboxTermination": true}, "mountPath": "/mnt/pvc"},
 			map[string]any{"name": "kept", "pvc": map[string]any{"claimName": kept}, "mountPath": "/mnt/kept"},
 		}}))
 
+		if got := runCommand(t, s, sb.ID, "cat /mnt/file.txt"); got != "host-content" {
+			t.Errorf("host file mounted as a file: %q, want host-content", got)
+		}
 		if got := runCommand(t, s, sb.ID, "cat /mnt/host/from-host.txt"); got != "host-content" {
 			t.Errorf("host file seen in the sandbox: %q, want host-content", got)
 		}
