@@ -100,31 +100,11 @@ func (d *Docker) planMounts(ctx context.Context, name string, ms []runtime.Mount
 			out = append(out, mm)
 			continue
 		}
-		f, err := openBeneath(base, rel)
-		if err != nil {
-			return fail(&runtime.MountError{Target: m.Target, SubPath: m.Type != "bind", Reason: err.Error()})
-		}
-		perr := d.pinner()
-		switch {
-		case perr == nil:
-			if pinDir == "" {
-				pinDir = filepath.Join(d.mountDir, name)
-				unpinAll(pinDir) // a leftover of a failed create of this name
-				if err := os.MkdirAll(pinDir, 0o700); err != nil {
-					f.Close()
-					return fail(fmt.Errorf("create pin directory: %w", err))
-				}
-			}
-			mm.Source = filepath.Join(pinDir, strconv.Itoa(i))
-			err = pin(f, mm.Source)
-			f.Close()
-			if err != nil {
-				return fail(fmt.Errorf("pin %s for %s: %w", filepath.Join(base, rel), m.Target, err))
-			}
-		default: // a host path (subPathBase refused the unpinnable volumes)
-			f.Close()
+		perr := d.pinner() // subPathBase refused the unpinnable volumes
+		if perr != nil {
 			if !listed {
 				ctx, cancel := d.call(ctx)
+				var err error
 				containers, err = d.cli.ContainerList(ctx, container.ListOptions{All: true})
 				cancel()
 				if err != nil {
@@ -136,7 +116,30 @@ func (d *Docker) planMounts(ctx context.Context, name string, ms []runtime.Mount
 				return fail(&runtime.MountError{Target: m.Target, Reason: fmt.Sprintf(
 					"host path %s is below %s, which a container mounts read-write: a sandbox could swap part of the path before the engine mounts it, and sandboxd cannot pin the mount here (%v)", m.Source, w, perr)})
 			}
+		}
+		f, err := openBeneath(base, rel)
+		if err != nil {
+			return fail(&runtime.MountError{Target: m.Target, SubPath: m.Type != "bind", Reason: err.Error()})
+		}
+		if perr != nil {
+			f.Close()
 			mm.Source = m.Source
+			out = append(out, mm)
+			continue
+		}
+		if pinDir == "" {
+			pinDir = filepath.Join(d.mountDir, name)
+			unpinAll(pinDir) // a leftover of a crash between pin and create
+			if err := os.MkdirAll(pinDir, 0o700); err != nil {
+				f.Close()
+				return fail(fmt.Errorf("create pin directory: %w", err))
+			}
+		}
+		mm.Source = filepath.Join(pinDir, strconv.Itoa(i))
+		err = pin(f, mm.Source)
+		f.Close()
+		if err != nil {
+			return fail(fmt.Errorf("pin %s for %s: %w", filepath.Join(base, rel), m.Target, err))
 		}
 		out = append(out, mm)
 	}

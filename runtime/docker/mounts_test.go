@@ -1,10 +1,22 @@
 package docker
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 func TestWritableAbove(t *testing.T) {
@@ -34,5 +46,78 @@ func TestWritableAbove(t *testing.T) {
 	root := []container.Summary{{Mounts: []container.MountPoint{{Type: mount.TypeBind, Source: "/", RW: true}}}}
 	if got := writableAbove("/anything", root); got != "/" {
 		t.Errorf("below a read-write / : %q", got)
+	}
+}
+
+// planMounts against a fake engine reached over TCP, where sandboxd cannot
+// pin: subPath is the engine's from API 1.45, refused before it; host paths
+// below another container's read-write bind are refused.
+func TestPlanMountsUnpinned(t *testing.T) {
+	dir := t.TempDir()
+	work, other := filepath.Join(dir, "work"), filepath.Join(dir, "other")
+	tests := []struct {
+		name    string
+		api     string
+		driver  string
+		m       runtime.Mount
+		want    mount.Mount // when accepted
+		subPath bool        // refused for the subPath
+		refused bool
+	}{
+		{name: "engine subPath", api: "1.45", driver: "local",
+			m:    runtime.Mount{Type: "volume", Source: "v", Target: "/d", SubPath: "a/b", ReadOnly: true},
+			want: mount.Mount{Type: mount.TypeVolume, Source: "v", Target: "/d", ReadOnly: true, VolumeOptions: &mount.VolumeOptions{Subpath: "a/b"}}},
+		{name: "old engine, local volume, cannot pin", api: "1.41", driver: "local",
+			m: runtime.Mount{Type: "volume", Source: "v", Target: "/d", SubPath: "a"}, refused: true, subPath: true},
+		{name: "old engine, other driver", api: "1.41", driver: "nfs",
+			m: runtime.Mount{Type: "volume", Source: "v", Target: "/d", SubPath: "a"}, refused: true, subPath: true},
+		{name: "volume without subPath", api: "1.41",
+			m:    runtime.Mount{Type: "volume", Source: "v", Target: "/d"},
+			want: mount.Mount{Type: mount.TypeVolume, Source: "v", Target: "/d"}},
+		{name: "host path below a read-write bind", api: "1.41",
+			m: runtime.Mount{Type: "bind", Source: filepath.Join(work, "sub"), Beneath: dir, Target: "/h"}, refused: true},
+		{name: "host path beside it", api: "1.41",
+			m:    runtime.Mount{Type: "bind", Source: other, Beneath: dir, Target: "/h", ReadOnly: true},
+			want: mount.Mount{Type: mount.TypeBind, Source: other, Target: "/h", ReadOnly: true, BindOptions: &mount.BindOptions{}}},
+		{name: "host path outside its prefix", api: "1.41",
+			m: runtime.Mount{Type: "bind", Source: "/etc", Beneath: dir, Target: "/h"}, refused: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("API-Version", tt.api)
+				w.Header().Set("Content-Type", "application/json")
+				switch {
+				case strings.HasSuffix(r.URL.Path, "/_ping"):
+				case strings.HasSuffix(r.URL.Path, "/volumes/v"):
+					json.NewEncoder(w).Encode(volume.Volume{Name: "v", Driver: tt.driver, Mountpoint: "/var/lib/docker/volumes/v/_data"})
+				case strings.HasSuffix(r.URL.Path, "/containers/json"):
+					json.NewEncoder(w).Encode([]container.Summary{{Mounts: []container.MountPoint{{Type: mount.TypeBind, Source: work, RW: true}}}})
+				default:
+					http.Error(w, `{"message":"unexpected"}`, http.StatusBadRequest)
+				}
+			}))
+			defer engine.Close()
+			d, err := New(context.Background(), Options{Host: "tcp://" + engine.Listener.Addr().String(), Logger: slog.New(slog.DiscardHandler), MountDir: filepath.Join(dir, "pins")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			d.cli.NegotiateAPIVersion(context.Background())
+			got, pinDir, err := d.planMounts(context.Background(), "c", []runtime.Mount{tt.m})
+			if pinDir != "" {
+				t.Errorf("pinned at %s with a remote engine", pinDir)
+			}
+			var me *runtime.MountError
+			if tt.refused {
+				if !errors.As(err, &me) || me.SubPath != tt.subPath || me.Target != tt.m.Target {
+					t.Fatalf("planMounts: %v, want a MountError (subPath %v)", err, tt.subPath)
+				}
+				return
+			}
+			if err != nil || len(got) != 1 || !reflect.DeepEqual(got[0], tt.want) {
+				t.Fatalf("planMounts = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
 	}
 }
