@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/volume"
 )
@@ -205,9 +206,10 @@ func buildSwapper(t *testing.T, dir string) string {
 // work/ mounted read-write and swaps work/sub (a real directory) with
 // work/link (a symlink to a directory outside the allowed prefix) in a
 // loop, while sandboxes B mount work/sub read-only (until 10 were mounted,
-// at most 300 tries). Whatever the timing, B
-// sees either work/sub's own content or a refusal, never the directory
-// outside the prefix (its marker file).
+// at most 300 tries), then missing directories below it. Whatever the
+// timing, B sees either what it asked for or a refusal, never the
+// directory outside the prefix (its marker file), and nothing is created
+// there.
 func TestSecurityMountSwapRace(t *testing.T) {
 	root := t.TempDir()
 	allowed, outside := filepath.Join(root, "allowed"), filepath.Join(root, "outside")
@@ -235,44 +237,56 @@ func TestSecurityMountSwapRace(t *testing.T) {
 	// setsid: out of the command's process group, which ends with it.
 	runCommand(t, s, a.ID, "setsid /mnt/w/swapper /mnt/w/sub /mnt/w/link </dev/null >/dev/null 2>&1 &")
 
-	// Most creates are refused at once (the check sees the symlink); try
-	// until enough were mounted, within a bound.
-	const maxTries, wantMounted = 300, 10
-	var tries, mounted, refused, refusedLate, swapped int
-	for i := 0; i < maxTries && mounted < wantMounted; i++ {
-		tries++
-		if fi, err := os.Lstat(sub); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-			swapped++
-		}
-		req := busyboxWith(map[string]any{"volumes": []any{
-			map[string]any{"name": "s", "mountPath": "/mnt/s", "readOnly": true, "host": map[string]any{"path": sub}},
-		}})
-		status, hdr, body := s.do(t, http.MethodPost, "/v1/sandboxes", req, nil)
-		if status != http.StatusAccepted {
-			secWantError(t, "create during the swap", status, hdr, body, http.StatusBadRequest, "VOLUME::")
-			refused++
-			if strings.Contains(string(body), "swapped?") {
-				refusedLate++ // by the runtime's walk, after the check passed
+	// race creates sandboxes B that mount pathFor(i) read-only and checks
+	// what each sees. Most creates are refused at once (the check sees the
+	// symlink), so it tries until enough were mounted, within a bound.
+	race := func(what string, pathFor func(i int) string, check func(i int, seen string)) {
+		const maxTries, wantMounted = 300, 10
+		var tries, mounted, refused, swapped int
+		for i := 0; i < maxTries && mounted < wantMounted; i++ {
+			tries++
+			if fi, err := os.Lstat(sub); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+				swapped++
 			}
-			continue
+			req := busyboxWith(map[string]any{"volumes": []any{
+				map[string]any{"name": "s", "mountPath": "/mnt/s", "readOnly": true, "host": map[string]any{"path": pathFor(i)}},
+			}})
+			status, hdr, body := s.do(t, http.MethodPost, "/v1/sandboxes", req, nil)
+			if status != http.StatusAccepted {
+				secWantError(t, what+" during the swap", status, hdr, body, http.StatusBadRequest, "VOLUME::")
+				refused++
+				// Refusals come in bursts while the swapper is off the
+				// CPU with work/sub swapped; let it run.
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			b := decodeJSON[lcSandbox](t, body)
+			check(i, runCommand(t, s, b.ID, "ls -A /mnt/s"))
+			mounted++
+			wantEmpty(t, s, http.MethodDelete, sandboxPath(b.ID), http.StatusNoContent)
 		}
-		b := decodeJSON[lcSandbox](t, body)
-		seen := runCommand(t, s, b.ID, "ls /mnt/s")
-		if strings.Contains(seen, "outside-marker") || !strings.Contains(seen, "inside-marker") {
+		t.Logf("%s: %d tries, %d mounted, %d refused; work/sub was swapped at %d of the samples", what, tries, mounted, refused, swapped)
+		if mounted == 0 || swapped == 0 {
+			t.Errorf("%s: %d mounted and %d samples swapped in %d tries: the race was not run", what, mounted, swapped, tries)
+		}
+	}
+	race("mount work/sub", func(int) string { return sub }, func(i int, seen string) {
+		if seen != "inside-marker" {
 			t.Errorf("try %d: the sandbox mounted %q, not work/sub: it sees %q", i, sub, seen)
 		}
-		mounted++
-		wantEmpty(t, s, http.MethodDelete, sandboxPath(b.ID), http.StatusNoContent)
+	})
+	// A missing directory is created where it was checked, never through
+	// the symlink (the MkdirAll of a planted path).
+	race("create below work/sub", func(i int) string { return filepath.Join(sub, fmt.Sprintf("made-%d", i)) }, func(i int, seen string) {
+		if seen != "" {
+			t.Errorf("try %d: the new directory below work/sub shows %q", i, seen)
+		}
+	})
+	if entries, err := os.ReadDir(outside); err != nil || len(entries) != 1 {
+		t.Errorf("the directory outside the prefix has %d entries, want only the marker (%v): %v", len(entries), err, entries)
 	}
-	t.Logf("%d tries: %d mounted work/sub, %d refused (%d of them by the runtime's walk); the swapper had work/sub swapped at %d of the samples", tries, mounted, refused, refusedLate, swapped)
 	if pids := runCommand(t, s, a.ID, "pidof swapper || echo none"); pids == "none" {
 		t.Errorf("the swapper died during the race")
-	}
-	if mounted == 0 {
-		t.Errorf("no create succeeded in %d tries", tries)
-	}
-	if swapped == 0 {
-		t.Errorf("the swapper never swapped work/sub: the race was not run")
 	}
 	// Pins go with their sandbox: only A's is left.
 	info, err := os.ReadFile("/proc/self/mountinfo")
