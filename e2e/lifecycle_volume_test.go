@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
 )
 
 // TestLifecycleVolumes mounts host directories under an allowed prefix and
@@ -223,5 +224,46 @@ func TestLifecycleVolumeSubPath(t *testing.T) {
 	}
 	if l := listSandboxes(t, s, "/v1", ""); len(l.Items) != 2 {
 		t.Errorf("refused subPath creates left sandboxes: %v", ids(l.Items))
+	}
+}
+
+// TestLifecycleVolumePins: a host mount is pinned under the state dir for
+// as long as its sandbox exists, across a restart of sandboxd; deleting the
+// sandbox releases it, and so does a restart after its container was
+// removed behind sandboxd's back.
+func TestLifecycleVolumePins(t *testing.T) {
+	allowed := t.TempDir()
+	s := startServer(t, withTOML(fmt.Sprintf("[storage]\nallowed_host_paths = [%q]\n", allowed)))
+	pins := func() int {
+		info, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(info), filepath.Join(s.Dir, "store", "mounts")+"/")
+	}
+	req := busyboxWith(map[string]any{"volumes": []any{
+		map[string]any{"name": "h", "host": map[string]string{"path": allowed}, "mountPath": "/mnt/h"},
+	}})
+	kept, gone := createSandbox(t, s, "/v1/sandboxes", req), createSandbox(t, s, "/v1/sandboxes", req)
+	if n := pins(); n != 2 {
+		t.Fatalf("%d pins for two sandboxes with a host mount", n)
+	}
+	s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+	defer cancel()
+	if err := dockerClient(t).ContainerRemove(ctx, sandboxContainer(t, gone.ID).ID, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	s.start()
+	if n := pins(); n != 1 {
+		t.Errorf("%d pins after a restart with one sandbox left, want 1", n)
+	}
+	runCommand(t, s, kept.ID, "echo after-restart > /mnt/h/f")
+	if got, err := os.ReadFile(filepath.Join(allowed, "f")); err != nil || string(got) != "after-restart\n" {
+		t.Errorf("the host mount after the restart: %q, %v", got, err)
+	}
+	wantEmpty(t, s, http.MethodDelete, sandboxPath(kept.ID), http.StatusNoContent)
+	if n := pins(); n != 0 {
+		t.Errorf("%d pins after the last sandbox was deleted", n)
 	}
 }
