@@ -53,9 +53,10 @@ type Docker struct {
 	mu       sync.Mutex
 	sessions map[string]*agentSession // by container id
 
-	mountDir string
-	pinOnce  sync.Once
-	pinErr   error // why mounts cannot be pinned; nil if they can
+	mountDir   string
+	pinMu      sync.Mutex
+	pinDecided bool
+	pinErr     error // why mounts cannot be pinned; nil if they can
 }
 
 var _ runtime.Runtime = (*Docker)(nil)

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,21 +43,35 @@ import (
 // VolumeOptions.Subpath.
 const subPathAPI = "1.45"
 
-// pinner says whether this runtime can pin mounts (nil) or why not.
-func (d *Docker) pinner() error {
-	d.pinOnce.Do(func() {
-		if d.mountDir == "" {
-			d.pinErr = fmt.Errorf("no state directory to pin mounts in")
-			return
+// pinner says whether this runtime can pin mounts (whyNot nil) or why
+// not. It is decided once; err is an engine that did not answer, which is
+// asked again next time.
+func (d *Docker) pinner(ctx context.Context) (whyNot, err error) {
+	d.pinMu.Lock()
+	defer d.pinMu.Unlock()
+	if d.pinDecided {
+		return d.pinErr, nil
+	}
+	if d.mountDir == "" {
+		d.pinErr = errors.New("no state directory to pin mounts in")
+	} else if sock, ok := strings.CutPrefix(d.cli.DaemonHost(), "unix://"); !ok {
+		d.pinErr = fmt.Errorf("the engine at %s is not on this host", d.cli.DaemonHost())
+	} else {
+		cctx, cancel := d.call(ctx)
+		info, err := d.cli.Info(cctx)
+		cancel()
+		switch {
+		case err != nil:
+			return nil, wrap(err, "docker info")
+		case strings.Contains(info.OperatingSystem, "Docker Desktop"):
+			// Its socket is a proxy on this host; the engine is in a VM.
+			d.pinErr = errors.New("the engine runs in Docker Desktop's VM")
+		default:
+			d.pinErr = canPin(sock, d.mountDir)
 		}
-		sock, ok := strings.CutPrefix(d.cli.DaemonHost(), "unix://")
-		if !ok {
-			d.pinErr = fmt.Errorf("the engine at %s is not on this host", d.cli.DaemonHost())
-			return
-		}
-		d.pinErr = canPin(sock, d.mountDir)
-	})
-	return d.pinErr
+	}
+	d.pinDecided = true
+	return d.pinErr, nil
 }
 
 // planMounts turns the spec's mounts into Docker's, pinning what needs it
@@ -100,7 +115,10 @@ func (d *Docker) planMounts(ctx context.Context, name string, ms []runtime.Mount
 			out = append(out, mm)
 			continue
 		}
-		perr := d.pinner() // subPathBase refused the unpinnable volumes
+		perr, err := d.pinner(ctx) // subPathBase refused the unpinnable volumes
+		if err != nil {
+			return fail(err)
+		}
 		if perr != nil {
 			if !listed {
 				ctx, cancel := d.call(ctx)
@@ -160,9 +178,13 @@ func (d *Docker) subPathBase(ctx context.Context, m runtime.Mount) (string, erro
 		return "", &runtime.MountError{Target: m.Target, SubPath: true, Reason: fmt.Sprintf(
 			"this engine (API %s) ignores subPath and would mount the whole volume; sandboxd binds a sub-directory itself only for local-driver volumes without mount options (volume %s has driver %q); use Docker 26 or newer", d.cli.ClientVersion(), m.Source, v.Driver)}
 	}
-	if err := d.pinner(); err != nil {
+	whyNot, err := d.pinner(ctx)
+	if err != nil {
+		return "", err
+	}
+	if whyNot != nil {
 		return "", &runtime.MountError{Target: m.Target, SubPath: true, Reason: fmt.Sprintf(
-			"this engine (API %s) ignores subPath and would mount the whole volume, and sandboxd cannot bind the sub-directory safely here (%v); use Docker 26 or newer, or run sandboxd as root beside the engine", d.cli.ClientVersion(), err)}
+			"this engine (API %s) ignores subPath and would mount the whole volume, and sandboxd cannot bind the sub-directory safely here (%v); use Docker 26 or newer, or run sandboxd as root beside the engine", d.cli.ClientVersion(), whyNot)}
 	}
 	return v.Mountpoint, nil
 }

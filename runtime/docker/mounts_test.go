@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -117,6 +119,54 @@ func TestPlanMountsUnpinned(t *testing.T) {
 			}
 			if err != nil || len(got) != 1 || !reflect.DeepEqual(got[0], tt.want) {
 				t.Fatalf("planMounts = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// An engine behind a local socket that is Docker Desktop's VM is not
+// pinned for; one that does not answer is an engine error, not a refusal.
+func TestPinnerDockerDesktop(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		info     int // status of GET /info
+		wantWhy  string
+		wantFail bool
+	}{
+		{name: "docker desktop", info: http.StatusOK, wantWhy: "Docker Desktop"},
+		{name: "info fails", info: http.StatusInternalServerError, wantFail: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "engine.sock")
+			ln, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			engine := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("API-Version", "1.41")
+				w.Header().Set("Content-Type", "application/json")
+				if strings.HasSuffix(r.URL.Path, "/info") {
+					w.WriteHeader(tt.info)
+					io.WriteString(w, `{"OperatingSystem":"Docker Desktop","message":"down"}`)
+				}
+			}))
+			engine.Listener = ln
+			engine.Start()
+			defer engine.Close()
+			d, err := New(context.Background(), Options{Host: "unix://" + sock, Logger: slog.New(slog.DiscardHandler), MountDir: filepath.Join(t.TempDir(), "pins")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			whyNot, err := d.pinner(context.Background())
+			if tt.wantFail {
+				if err == nil {
+					t.Fatalf("pinner with an engine that fails /info: why not %v, no error", whyNot)
+				}
+				return
+			}
+			if err != nil || whyNot == nil || !strings.Contains(whyNot.Error(), tt.wantWhy) {
+				t.Fatalf("pinner = %v, %v; want a reason naming %q", whyNot, err, tt.wantWhy)
 			}
 		})
 	}
