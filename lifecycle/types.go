@@ -93,7 +93,6 @@ const (
 	CodeVolInvalidSubPath   = "VOLUME::INVALID_SUB_PATH"
 	CodeVolInvalidHostPath  = "VOLUME::INVALID_HOST_PATH"
 	CodeVolHostNotAllowed   = "VOLUME::HOST_PATH_NOT_ALLOWED"
-	CodeVolHostCreateFailed = "VOLUME::HOST_PATH_CREATE_FAILED"
 	CodeVolInvalidPVCName   = "VOLUME::INVALID_PVC_NAME"
 	CodeVolUnsupported      = "VOLUME::UNSUPPORTED_BACKEND"
 	CodeVolPVCNotFound      = "VOLUME::PVC_NOT_FOUND"
