@@ -81,6 +81,10 @@ func parseLevel(s string) (slog.Level, bool) {
 // Runtime is the [runtime] section. Only "docker" exists today.
 type Runtime struct {
 	Type string `toml:"type"`
+	// AgentBinaries names a static sandboxd binary per sandbox platform
+	// ("linux/arm64" = "/path/sandboxd-linux-arm64"), for images whose
+	// platform this sandboxd neither is nor embeds an agent for.
+	AgentBinaries map[string]string `toml:"agent_binaries"`
 }
 
 // Docker is the [docker] section: how sandboxes are created on the Docker Engine.

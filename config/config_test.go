@@ -113,6 +113,7 @@ level = "debug"
 
 [runtime]
 type = "docker"
+agent_binaries = { "linux/arm64" = "/opt/sandboxd/sandboxd-linux-arm64" }
 
 [docker]
 host = "unix:///run/docker.sock"
@@ -171,7 +172,7 @@ func TestLoadEveryKey(t *testing.T) {
 			MaxBodyBytes:             2048,
 		},
 		Log:     Log{Level: "DEBUG"},
-		Runtime: Runtime{Type: "docker"},
+		Runtime: Runtime{Type: "docker", AgentBinaries: map[string]string{"linux/arm64": "/opt/sandboxd/sandboxd-linux-arm64"}},
 		Docker: Docker{
 			Host:             "unix:///run/docker.sock",
 			NetworkMode:      "none",
@@ -404,6 +405,10 @@ func TestLoadValidation(t *testing.T) {
 		{`server.max_body_bytes = 0`, []string{`server.max_body_bytes: must be positive, got 0`}},
 		{`log.level = "TRACE"`, []string{`log.level: must be DEBUG, INFO, WARN or ERROR, got "TRACE"`}},
 		{`runtime.type = "kubernetes"`, []string{`runtime.type: "kubernetes" is not supported; the only runtime is "docker"`}},
+		{`runtime.agent_binaries = { "linux/arm64" = "bin/sandboxd", "arm64" = "/bin/sandboxd" }`, []string{
+			`runtime.agent_binaries.arm64: "arm64" is not a sandbox platform such as "linux/arm64"`,
+			`runtime.agent_binaries.linux/arm64: "bin/sandboxd" is not an absolute path (~/ is allowed)`,
+		}},
 		{`docker.network_mode = "host"`, []string{`docker.network_mode: "host" is refused: sandboxes would share the host's network stack and reach every service on it, defeating isolation; sandboxd proxies all execd traffic, so no host networking is needed; use "bridge", "none" or a network name`}},
 		{`docker.network_mode = "container:abc"`, []string{`docker.network_mode: "container:abc" is refused: sharing another container's network namespace defeats sandbox isolation`}},
 		{`docker.network_mode = ""`, []string{`docker.network_mode: must not be empty; use "bridge", "none" or a network name`}},

@@ -125,6 +125,13 @@ func (c *Config) normalize() error {
 		}
 		c.Storage.AllowedHostPaths[i] = filepath.Clean(p)
 	}
+	for plat, p := range c.Runtime.AgentBinaries {
+		p, err := expandHome(p)
+		if err != nil {
+			return fmt.Errorf("runtime.agent_binaries.%s: %w", plat, err)
+		}
+		c.Runtime.AgentBinaries[plat] = p
+	}
 	return nil
 }
 

@@ -3,7 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -26,6 +28,13 @@ func (c Config) validate() error {
 	_, ok := parseLevel(c.Log.Level)
 	check(ok, "log.level", "must be DEBUG, INFO, WARN or ERROR, got %q", c.Log.Level)
 	check(c.Runtime.Type == "docker", "runtime.type", `%q is not supported; the only runtime is "docker"`, c.Runtime.Type)
+	for _, plat := range slices.Sorted(maps.Keys(c.Runtime.AgentBinaries)) {
+		p := c.Runtime.AgentBinaries[plat]
+		key := "runtime.agent_binaries." + plat
+		arch, ok := strings.CutPrefix(plat, "linux/")
+		check(ok && arch != "" && !strings.Contains(arch, "/"), key, `%q is not a sandbox platform such as "linux/arm64"`, plat)
+		check(filepath.IsAbs(p), key, "%q is not an absolute path (~/ is allowed)", p)
+	}
 
 	d := c.Docker
 	check(d.NetworkMode != "", "docker.network_mode", `must not be empty; use "bridge", "none" or a network name`)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 import (
@@ -232,16 +234,4 @@ func (c stdioConn) Close() error {
 		errs = append(errs, cl.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// yamuxConfig is shared by both ends of the connection.
-func yamuxConfig(logger *slog.Logger) *yamux.Config {
-	c := yamux.DefaultConfig()
-	// The connection is a local pipe whose end is seen as EOF, and a paused
-	// sandbox cannot answer pings: keep-alives would only cause harm.
-	c.EnableKeepAlive = false
-	c.MaxStreamWindowSize = 1 << 20
-	c.LogOutput = nil
-	c.Logger = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
-	return c
 }

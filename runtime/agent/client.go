@@ -54,3 +54,15 @@ func (c *Client) Close() error {
 	c.transport.CloseIdleConnections()
 	return c.session.Close()
 }
+
+// yamuxConfig is shared by both ends of the connection.
+func yamuxConfig(logger *slog.Logger) *yamux.Config {
+	c := yamux.DefaultConfig()
+	// The connection is a local pipe whose end is seen as EOF, and a paused
+	// sandbox cannot answer pings: keep-alives would only cause harm.
+	c.EnableKeepAlive = false
+	c.MaxStreamWindowSize = 1 << 20
+	c.LogOutput = nil
+	c.Logger = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+	return c
+}
