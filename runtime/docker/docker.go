@@ -31,7 +31,7 @@ import (
 
 // Options configure the Docker runtime.
 type Options struct {
-	Host       string        // Docker endpoint; "" = DOCKER_HOST or the default socket
+	Host       string        // Docker endpoint; "" = discovered (see discoverEndpoint)
 	APITimeout time.Duration // bound on each non-streaming Engine API call
 	// AgentBinary is the path of the static sandboxd binary copied into the
 	// agent volume and run inside every sandbox.
@@ -63,19 +63,21 @@ var _ runtime.Runtime = (*Docker)(nil)
 
 // New connects to dockerd, negotiating the API version (1.41 and newer work).
 func New(ctx context.Context, opts Options) (*Docker, error) {
-	clientOpts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
-	if opts.Host != "" {
-		clientOpts = append(clientOpts, client.WithHost(opts.Host))
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
+	ep, err := discoverEndpoint(opts.Host, localHostEnv())
+	if err != nil {
+		return nil, err
+	}
+	opts.Logger.Info("docker endpoint", "host", ep.Host, "from", ep.Source)
+	clientOpts := append([]client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}, ep.clientOpts()...)
 	cli, err := client.NewClientWithOpts(clientOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("docker client: %w", err)
 	}
 	if opts.APITimeout <= 0 {
 		opts.APITimeout = 180 * time.Second
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
 	}
 	d := &Docker{
 		cli:      cli,
