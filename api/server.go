@@ -41,6 +41,7 @@ type Server struct {
 	log    *slog.Logger
 	keys   [][]byte
 	router *mux.Router
+	build  Build
 }
 
 // New builds the handler tree.
@@ -214,10 +215,10 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if err := s.health.Ping(r.Context()); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unhealthy", "docker": "unreachable", "message": err.Error()})
+		writeJSON(w, http.StatusServiceUnavailable, s.build.add(map[string]string{"status": "unhealthy", "docker": "unreachable", "message": err.Error()}))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "healthy"})
+	writeJSON(w, http.StatusOK, s.build.add(map[string]string{"status": "healthy"}))
 }
 
 // handleMetrics serves sandboxd's own metrics in Prometheus text format.

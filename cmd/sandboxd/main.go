@@ -32,9 +32,6 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/docker"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func main() {
 	args := os.Args[1:]
 	cmd := ""
@@ -48,7 +45,7 @@ func main() {
 	case "init-config":
 		err = initConfig(args)
 	case "version":
-		fmt.Println("sandboxd", version)
+		fmt.Println(versionLine())
 	case "agent":
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		err = agent.Main(context.Background(), args, log)
@@ -147,7 +144,11 @@ func serve(args []string) error {
 		return err
 	}
 	defer store.Close()
-	rt, err := docker.New(ctx, docker.Options{Host: cfg.Docker.Host, APITimeout: cfg.Docker.APITimeout.Duration, Logger: log, MountDir: filepath.Join(cfg.Store.Dir, "mounts")})
+	rt, err := docker.New(ctx, docker.Options{
+		Host: cfg.Docker.Host, APITimeout: cfg.Docker.APITimeout.Duration, Logger: log,
+		MountDir:      filepath.Join(cfg.Store.Dir, "mounts"),
+		AgentBinaries: cfg.Runtime.AgentBinaries, EmbeddedAgents: embeddedAgents(),
+	})
 	if err != nil {
 		return err
 	}
@@ -162,12 +163,15 @@ func serve(args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr(), err)
 	}
+	ver, commit := build()
+	handler := api.New(cfg, mgr, rt, log)
+	handler.SetBuild(api.Build{Version: ver, Commit: commit})
 	srv := &http.Server{
-		Handler:           api.New(cfg, mgr, rt, log),
+		Handler:           handler,
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", version, "instance", mgr.Instance(), "config", cfg.Path, "state_dir", cfg.Store.Dir)
+	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", ver, "commit", commit, "instance", mgr.Instance(), "config", cfg.Path, "state_dir", cfg.Store.Dir)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

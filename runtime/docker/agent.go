@@ -4,14 +4,12 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,40 +30,23 @@ const (
 	LabelAgentVolume = "opensandbox.io/sandboxd-agent"
 )
 
-// agentVolume is the named volume holding this sandboxd's own static binary.
-// It is filled once (its name carries the binary's hash) and mounted
-// read-only into every sandbox, so creating a sandbox copies nothing.
+// agentVolume is the named volume holding the agent binary of one sandbox
+// platform (see agentbin.go). It is filled once (its name carries the
+// platform and the binary's hash) and mounted read-only into every sandbox
+// of that platform, so creating a sandbox copies nothing.
 type agentVolume struct {
-	binary string
-	size   int64
-	hash   string
+	platform string
+	open     func() (io.ReadCloser, error)
+	size     int64
+	hash     string
 
 	mu    sync.Mutex
 	ready bool
 }
 
-func newAgentVolume(binary string) (*agentVolume, error) {
-	if binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("locate own binary for the agent: %w", err)
-		}
-		binary = exe
-	}
-	f, err := os.Open(binary)
-	if err != nil {
-		return nil, fmt.Errorf("open agent binary: %w", err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return nil, fmt.Errorf("hash agent binary: %w", err)
-	}
-	return &agentVolume{binary: binary, size: n, hash: hex.EncodeToString(h.Sum(nil))[:16]}, nil
+func (a *agentVolume) name() string {
+	return "sandboxd-agent-" + strings.ReplaceAll(a.platform, "/", "-") + "-" + a.hash
 }
-
-func (a *agentVolume) name() string { return "sandboxd-agent-" + a.hash }
 
 // ensure makes sure the agent volume exists and holds the binary. It needs an
 // image to create a never-started helper container through which the volume
@@ -108,14 +89,14 @@ func (a *agentVolume) ensure(ctx context.Context, d *Docker, image string) (stri
 	if err := a.fill(cctx, d, helper.ID); err != nil {
 		return "", err
 	}
-	d.log.Info("agent volume ready", "volume", a.name(), "bytes", a.size)
+	d.log.Info("agent volume ready", "volume", a.name(), "platform", a.platform, "bytes", a.size)
 	a.ready = true
 	return a.name(), nil
 }
 
 // fill streams the binary as a one-file tar into the volume.
 func (a *agentVolume) fill(ctx context.Context, d *Docker, helperID string) error {
-	f, err := os.Open(a.binary)
+	f, err := a.open()
 	if err != nil {
 		return fmt.Errorf("open agent binary: %w", err)
 	}

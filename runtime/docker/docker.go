@@ -33,10 +33,12 @@ import (
 type Options struct {
 	Host       string        // Docker endpoint; "" = discovered (see discoverEndpoint)
 	APITimeout time.Duration // bound on each non-streaming Engine API call
-	// AgentBinary is the path of the static sandboxd binary copied into the
-	// agent volume and run inside every sandbox.
-	AgentBinary string
-	Logger      *slog.Logger
+	// AgentBinaries are static Linux sandboxd binaries by sandbox platform
+	// ("linux/arm64"), and EmbeddedAgents those built into a release
+	// binary; see agentbin.go.
+	AgentBinaries  map[string]string
+	EmbeddedAgents map[string][]byte
+	Logger         *slog.Logger
 	// MountDir is a directory only sandboxd can reach (under its state
 	// dir) where host mounts are pinned while their container exists;
 	// "" never pins (see mounts.go).
@@ -48,7 +50,7 @@ type Docker struct {
 	cli     *client.Client
 	timeout time.Duration
 	log     *slog.Logger
-	agent   *agentVolume
+	agents  *agentSet
 
 	mu       sync.Mutex
 	sessions map[string]*agentSession // by container id
@@ -86,11 +88,9 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		sessions: map[string]*agentSession{},
 		mountDir: opts.MountDir,
 	}
-	agent, err := newAgentVolume(opts.AgentBinary)
-	if err != nil {
+	if d.agents, err = newAgentSet(opts.AgentBinaries, opts.EmbeddedAgents, opts.Logger); err != nil {
 		return nil, err
 	}
-	d.agent = agent
 	d.sweepPins(ctx)
 	return d, nil
 }
@@ -214,7 +214,7 @@ func readPullProgress(r io.Reader, progress func(string)) error {
 // Create implements runtime.Runtime. The agent volume is mounted read-only
 // at AgentDir in every container.
 func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) {
-	volName, err := d.agent.ensure(ctx, d, spec.Image)
+	volName, err := d.agents.volume(ctx, d, spec)
 	if err != nil {
 		return "", err
 	}
