@@ -100,6 +100,7 @@ type Server struct {
 	LogPath    string
 
 	t      testing.TB
+	binary string // the sandboxd executable
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
 	client *http.Client
@@ -141,6 +142,12 @@ func mergeTables(dst, src map[string]any) {
 // its log is printed.
 func startServer(t testing.TB, opts ...serverOption) *Server {
 	t.Helper()
+	return startServerWith(t, sandboxdBinary, opts...)
+}
+
+// startServerWith is startServer running another sandboxd binary.
+func startServerWith(t testing.TB, binary string, opts ...serverOption) *Server {
+	t.Helper()
 	dir := t.TempDir()
 	port := freePort(t)
 	s := &Server{
@@ -151,6 +158,7 @@ func startServer(t testing.TB, opts ...serverOption) *Server {
 		ConfigPath: filepath.Join(dir, "sandboxd.toml"),
 		LogPath:    filepath.Join(dir, "sandboxd.log"),
 		t:          t,
+		binary:     binary,
 		client:     &http.Client{Timeout: 5 * time.Minute},
 	}
 	s.URL = "http://" + s.Addr
@@ -197,7 +205,7 @@ func (s *Server) start() {
 	}
 	defer logFile.Close() // the child has its own descriptor
 
-	cmd := exec.Command(sandboxdBinary, "--config", s.ConfigPath)
+	cmd := exec.Command(s.binary, "--config", s.ConfigPath)
 	cmd.Dir = s.Dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile

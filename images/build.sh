@@ -17,11 +17,16 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
 # Recipes in build order, and the tags each one gets; the first tag is primary.
-recipes=(busybox noshell code-interpreter)
+recipes=(busybox busybox-arm64 noshell code-interpreter)
 declare -A tags=(
 	[busybox]="sandboxd-test/busybox:latest"
+	[busybox-arm64]="sandboxd-test/busybox-arm64:latest"
 	[noshell]="sandboxd-test/noshell:latest"
 	[code-interpreter]="opensandbox/code-interpreter:v1.1.0 sandboxd-test/code-interpreter:latest"
+)
+# Platforms of the images not of this machine's own.
+declare -A platforms=(
+	[busybox-arm64]="linux/arm64"
 )
 
 log() { printf '==> %s\n' "$*"; }
@@ -49,6 +54,16 @@ verify() {
 		out=$(docker run --rm --network none "$tag" sh -c 'echo ok')
 		[ "$out" = ok ] || die "$tag: sh -c 'echo ok' printed '$out'"
 		;;
+	busybox-arm64)
+		# Runs only where arm64 binaries can be emulated (e2e/setup.sh
+		# installs qemu-user-static); elsewhere only its platform is checked.
+		if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+			out=$(docker run --rm --network none "$tag" uname -m)
+			[ "$out" = aarch64 ] || die "$tag: uname -m printed '$out'"
+		fi
+		out=$(docker image inspect --format '{{.Os}}/{{.Architecture}}' "$tag")
+		[ "$out" = linux/arm64 ] || die "$tag: platform is $out"
+		;;
 	noshell)
 		cid=$(docker run -d --network none "$tag")
 		# docker stop must not need its kill timeout: /pause exits on SIGTERM.
@@ -73,6 +88,21 @@ verify() {
 		;;
 	*) die "no check for recipe $name" ;;
 	esac
+}
+
+# set_platform rewrites the platform of an imported image: docker import
+# records the engine's own (its --platform needs a multi-platform engine).
+set_platform() {
+	local tag=$1 platform=$2 imported config
+	imported=$(docker image inspect --format '{{.Id}}' "$tag")
+	mkdir "$work/save"
+	docker save "$tag" | tar -x -C "$work/save"
+	config=$(sed -n 's/^\[{"Config":"\([^"]*\)".*/\1/p' "$work/save/manifest.json")
+	[ -n "$config" ] || die "$tag: no image config in docker save's manifest.json"
+	sed -i -e "s|\"architecture\":\"[^\"]*\"|\"architecture\":\"${platform#*/}\"|" \
+		-e "s|\"os\":\"[^\"]*\"|\"os\":\"${platform%%/*}\"|" "$work/save/$config"
+	tar -C "$work/save" -c . | docker load -q >/dev/null || die "$tag: docker load failed"
+	docker rmi "$imported" >/dev/null 2>&1 || true
 }
 
 build() {
@@ -102,6 +132,7 @@ build() {
 	tar --numeric-owner -C "$work/rootfs" -c . |
 		docker import "${changes[@]}" --message "$want" - "$primary" >/dev/null ||
 		die "$name: docker import failed"
+	[ -z "${platforms[$name]:-}" ] || set_platform "$primary" "${platforms[$name]}"
 	for t in "${names[@]:1}"; do docker tag "$primary" "$t"; done
 	rm -rf "$work"
 	work=

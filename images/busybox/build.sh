@@ -9,6 +9,9 @@ set -euo pipefail
 out=${1:?usage: build.sh OUTDIR}
 here=$(cd "$(dirname "$0")" && pwd)
 busybox=${SANDBOXD_BUSYBOX:-/bin/busybox}
+# The binary that lists the applets: another one than $busybox when that is
+# built for another architecture (images/busybox-arm64).
+list=${SANDBOXD_BUSYBOX_LIST:-$busybox}
 
 # A dynamically linked busybox (Debian's "busybox" package) would not run in
 # an empty image; images/build.sh checks the result by running it.
@@ -18,7 +21,7 @@ root="$out/rootfs"
 install -d -m 0755 "$root/bin" "$root/sbin" "$root/usr/bin" "$root/usr/sbin" "$root/etc" "$root/root"
 install -d -m 1777 "$root/tmp"
 install -m 0755 "$busybox" "$root/bin/busybox"
-"$busybox" --list-full | while read -r applet; do
+"$list" --list-full | while read -r applet; do
 	[ "$applet" = bin/busybox ] || ln -sf /bin/busybox "$root/$applet"
 done
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"

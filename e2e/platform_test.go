@@ -1,0 +1,196 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// imageBusyboxARM64 is sandboxd-test/busybox for linux/arm64 (images/busybox-arm64).
+const imageBusyboxARM64 = "sandboxd-test/busybox-arm64:latest"
+
+// releaseVersion is stamped into the release build the test makes.
+const releaseVersion = "v0.0.0-e2e"
+
+// arm64Emulation says why this machine cannot run linux/arm64 programs in
+// containers, or "" if it can: that takes a binfmt_misc handler for arm64
+// ELF files registered with the F flag (the interpreter opened at
+// registration, so it works in any mount namespace).
+func arm64Emulation() string {
+	const handler = "/proc/sys/fs/binfmt_misc/qemu-aarch64"
+	data, err := os.ReadFile(handler)
+	if err != nil {
+		return "no binfmt_misc handler for arm64 (" + handler + "); install qemu-user-static and binfmt-support, as e2e/setup.sh does"
+	}
+	lines := strings.Split(string(data), "\n")
+	if lines[0] != "enabled" {
+		return handler + " is disabled"
+	}
+	for _, l := range lines {
+		if flags, ok := strings.CutPrefix(l, "flags: "); ok && strings.Contains(flags, "F") {
+			return ""
+		}
+	}
+	return handler + " lacks the F flag, so its interpreter is not found inside containers"
+}
+
+// TestPlatformArm64Sandbox runs an arm64 sandbox under emulation next to
+// an amd64 one: a plain build refuses it and says which agent is missing;
+// a release build gives each sandbox the agent of its image's platform,
+// through which commands, files and a PTY work.
+func TestPlatformArm64Sandbox(t *testing.T) {
+	if why := arm64Emulation(); why != "" {
+		t.Skip("this machine cannot emulate arm64: " + why)
+	}
+	if !imageExists(t, imageBusyboxARM64) {
+		t.Fatalf("%s is missing: run images/build.sh busybox-arm64", imageBusyboxARM64)
+	}
+	armRequest := busyboxWith(map[string]any{"image": map[string]any{"uri": imageBusyboxARM64}})
+
+	t.Run("plain build names the missing agent", func(t *testing.T) {
+		s := startServer(t)
+		msg := doError(t, s, http.MethodPost, "/v1/sandboxes", armRequest, http.StatusInternalServerError, "")
+		for _, want := range []string{"linux/arm64", "carries agents for linux/amd64 only", "release build",
+			`[runtime] agent_binaries = { "linux/arm64" = `, "GOARCH=arm64"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("create of an arm64 sandbox: message %q does not contain %q", msg, want)
+			}
+		}
+	})
+
+	t.Run("release build", func(t *testing.T) {
+		release := buildRelease(t)
+		if out, err := exec.Command(release, "version").CombinedOutput(); err != nil || !strings.Contains(string(out), "sandboxd "+releaseVersion+" (commit ") {
+			t.Errorf("sandboxd version: %q, %v", out, err)
+		}
+		var volumes []string
+		t.Cleanup(func() { removeVolumes(t, volumes) }) // after the server's clean-up
+		s := startServerWith(t, release)
+		var health map[string]string
+		s.doJSON(t, http.MethodGet, "/health", nil, http.StatusOK, &health)
+		if health["version"] != releaseVersion || health["commit"] == "" {
+			t.Errorf("/health = %v, want version %s and a commit", health, releaseVersion)
+		}
+
+		boxes := []struct {
+			name, uname, elfMachine, volumeSuffix string
+			box                                   *execdBox
+		}{
+			// e_machine of an ELF file, bytes 18-19, little-endian.
+			{"amd64", "x86_64", "3e 00", "linux-amd64", newExecdBox(t, s, busyboxRequest())},
+			{"arm64", "aarch64", "b7 00", "linux-arm64", newExecdBox(t, s, armRequest)},
+		}
+		for _, b := range boxes {
+			t.Run(b.name, func(t *testing.T) {
+				id := b.box.ID
+				if got := runCommand(t, s, id, "uname -m"); got != b.uname {
+					t.Errorf("uname -m = %q, want %q", got, b.uname)
+				}
+				// The agent that runs the commands is the binary in the
+				// agent volume: it must be built for the image's platform.
+				if got := strings.TrimSpace(runCommand(t, s, id, "od -An -tx1 -j18 -N2 /opt/sandboxd/sandboxd")); got != b.elfMachine {
+					t.Errorf("ELF machine of the agent = %q, want %q", got, b.elfMachine)
+				}
+				vol := agentVolume(t, b.box)
+				volumes = append(volumes, vol)
+				if !strings.HasPrefix(vol, "sandboxd-agent-"+b.volumeSuffix+"-") {
+					t.Errorf("agent volume %s, want one for %s", vol, b.volumeSuffix)
+				}
+
+				content := "written through the " + b.name + " agent\n"
+				uploadFile(t, s, id, "/tmp/platform.txt", content)
+				if got := downloadFile(t, s, id, "/tmp/platform.txt"); got != content {
+					t.Errorf("download = %q, want %q", got, content)
+				}
+				if got := runCommand(t, s, id, "cat /tmp/platform.txt"); got+"\n" != content {
+					t.Errorf("cat = %q, want %q", got, content)
+				}
+				testPTY(t, b.box)
+			})
+		}
+		if len(volumes) == 2 && volumes[0] == volumes[1] {
+			t.Errorf("both sandboxes use agent volume %s", volumes[0])
+		}
+	})
+}
+
+// buildRelease runs the release build for linux/amd64 and returns the
+// sandboxd binary from its archive.
+func buildRelease(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "run", "./cmd/release", "-platforms", "linux/amd64", "-version", releaseVersion, "-out", dir)
+	cmd.Dir = repoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("release build: %v\n%s", err, out)
+	}
+	f, err := os.Open(filepath.Join(dir, "sandboxd-"+releaseVersion+"-linux-amd64.tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			t.Fatalf("no sandboxd binary in the release archive: %v", err)
+		}
+		if filepath.Base(hdr.Name) != "sandboxd" {
+			continue
+		}
+		bin := filepath.Join(dir, "sandboxd")
+		out, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(out, tr); err != nil {
+			t.Fatal(err)
+		}
+		if err := out.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return bin
+	}
+}
+
+// agentVolume returns the volume mounted at /opt/sandboxd in a sandbox.
+func agentVolume(t *testing.T, b *execdBox) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+	defer cancel()
+	info, err := dockerClient(t).ContainerInspect(ctx, "sandbox-"+b.ID)
+	if err != nil {
+		t.Fatalf("inspect sandbox %s: %v", b.ID, err)
+	}
+	for _, m := range info.Mounts {
+		if m.Destination == "/opt/sandboxd" {
+			return m.Name
+		}
+	}
+	t.Fatalf("sandbox %s has no agent volume: %+v", b.ID, info.Mounts)
+	return ""
+}
+
+// removeVolumes removes the agent volumes a test's own build filled.
+func removeVolumes(t *testing.T, names []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+	defer cancel()
+	for _, n := range names {
+		if err := dockerClient(t).VolumeRemove(ctx, n, false); err != nil {
+			t.Logf("clean-up: remove volume %s: %v", n, err)
+		}
+	}
+}
