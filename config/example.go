@@ -100,10 +100,15 @@ level = "INFO"
 [runtime]
 # Where sandboxes run. Only "docker" is supported.
 type = "docker"
+# The agent run inside each sandbox is a static Linux sandboxd of the image's platform.
+# Release binaries embed linux/amd64 and linux/arm64; a plain build on Linux has only its own.
+# Others (or replacements) by platform:
+# agent_binaries = { "linux/arm64" = "/opt/sandboxd/sandboxd-linux-arm64" }
 
 [docker]
-# Docker Engine endpoint, e.g. "unix:///var/run/docker.sock".
-# Empty: env DOCKER_HOST, else the local unix socket.
+# Docker Engine endpoint, e.g. "unix:///var/run/docker.sock" or "npipe:////./pipe/docker_engine".
+# Empty: env DOCKER_HOST, else the docker CLI's current context, else the local engine
+# (Docker Desktop's socket on macOS, its named pipe on Windows).
 host = ""
 # Network of the sandboxes: "bridge" (Docker's default network), "none" (no network at
 # all) or the name of an existing user-defined network. "host" is

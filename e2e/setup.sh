@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepares a Debian machine, as root, for e2e/run.sh:
-#   - installs what is missing of docker.io, busybox-static and debootstrap;
+#   - installs what is missing of docker.io, busybox-static, debootstrap,
+#     qemu-user-static and binfmt-support, and registers arm64 emulation;
 #   - starts the Docker engine if it does not answer (in the background,
 #     logging to $SANDBOXD_DOCKERD_LOG);
 #   - builds the test images (images/build.sh);
@@ -35,13 +36,30 @@ command -v dockerd >/dev/null || missing+=(docker.io)
 installed busybox-static || missing+=(busybox-static)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 installed chromium || missing+=(chromium)
+# arm64 sandboxes under emulation (e2e/platform_test.go).
+installed qemu-user-static || missing+=(qemu-user-static)
+installed binfmt-support || missing+=(binfmt-support)
 if [ ${#missing[@]} -gt 0 ]; then
 	log "installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -q
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
-	log "docker.io, busybox-static, debootstrap and chromium are installed"
+	log "docker.io, busybox-static, debootstrap, chromium, qemu-user-static and binfmt-support are installed"
+fi
+
+# --- arm64 emulation --------------------------------------------------------
+# Debian registers qemu-aarch64 with the F flag, so it works inside
+# containers. Without binfmt_misc (an unprivileged container) the arm64
+# test skips and says so.
+binfmt=/proc/sys/fs/binfmt_misc
+[ -e "$binfmt/register" ] || mount -t binfmt_misc binfmt_misc "$binfmt" 2>/dev/null || true
+if [ -e "$binfmt/qemu-aarch64" ]; then
+	log "arm64 emulation is registered"
+elif [ -e "$binfmt/register" ] && update-binfmts --enable qemu-aarch64; then
+	log "registered arm64 emulation"
+else
+	log "no binfmt_misc here: arm64 emulation unavailable, e2e/platform_test.go will skip"
 fi
 
 # --- Docker engine ---------------------------------------------------------

@@ -58,7 +58,7 @@ verify() {
 		# Runs only where arm64 binaries can be emulated (e2e/setup.sh
 		# installs qemu-user-static); elsewhere only its platform is checked.
 		if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
-			out=$(docker run --rm --network none "$tag" uname -m)
+			out=$(docker run --rm --platform linux/arm64 --network none "$tag" uname -m)
 			[ "$out" = aarch64 ] || die "$tag: uname -m printed '$out'"
 		fi
 		out=$(docker image inspect --format '{{.Os}}/{{.Architecture}}' "$tag")
