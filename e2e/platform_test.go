@@ -6,6 +6,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -81,46 +82,69 @@ func TestPlatformArm64Sandbox(t *testing.T) {
 			t.Errorf("/health = %v, want version %s and a commit", health, releaseVersion)
 		}
 
-		boxes := []struct {
-			name, uname, elfMachine, volumeSuffix string
-			box                                   *execdBox
-		}{
-			// e_machine of an ELF file, bytes 18-19, little-endian.
-			{"amd64", "x86_64", "3e 00", "linux-amd64", newExecdBox(t, s, busyboxRequest())},
-			{"arm64", "aarch64", "b7 00", "linux-arm64", newExecdBox(t, s, armRequest)},
-		}
-		for _, b := range boxes {
-			t.Run(b.name, func(t *testing.T) {
-				id := b.box.ID
-				if got := runCommand(t, s, id, "uname -m"); got != b.uname {
-					t.Errorf("uname -m = %q, want %q", got, b.uname)
-				}
-				// The agent that runs the commands is the binary in the
-				// agent volume: it must be built for the image's platform.
-				if got := strings.TrimSpace(runCommand(t, s, id, "od -An -tx1 -j18 -N2 /opt/sandboxd/sandboxd")); got != b.elfMachine {
-					t.Errorf("ELF machine of the agent = %q, want %q", got, b.elfMachine)
-				}
-				vol := agentVolume(t, b.box)
-				volumes = append(volumes, vol)
-				if !strings.HasPrefix(vol, "sandboxd-agent-"+b.volumeSuffix+"-") {
-					t.Errorf("agent volume %s, want one for %s", vol, b.volumeSuffix)
-				}
-
-				content := "written through the " + b.name + " agent\n"
-				uploadFile(t, s, id, "/tmp/platform.txt", content)
-				if got := downloadFile(t, s, id, "/tmp/platform.txt"); got != content {
-					t.Errorf("download = %q, want %q", got, content)
-				}
-				if got := runCommand(t, s, id, "cat /tmp/platform.txt"); got+"\n" != content {
-					t.Errorf("cat = %q, want %q", got, content)
-				}
-				testPTY(t, b.box)
-			})
-		}
-		if len(volumes) == 2 && volumes[0] == volumes[1] {
-			t.Errorf("both sandboxes use agent volume %s", volumes[0])
+		amd := checkPlatformBox(t, s, newExecdBox(t, s, busyboxRequest()), "amd64")
+		arm := checkPlatformBox(t, s, newExecdBox(t, s, armRequest), "arm64")
+		volumes = append(volumes, amd, arm)
+		if amd == arm {
+			t.Errorf("both sandboxes use agent volume %s", amd)
 		}
 	})
+
+	// The way the plain build's error points to: an agent built for arm64
+	// and named in the config.
+	t.Run("plain build with agent_binaries", func(t *testing.T) {
+		agent := filepath.Join(t.TempDir(), "sandboxd-linux-arm64")
+		build := exec.Command("go", "build", "-o", agent, "./cmd/sandboxd")
+		build.Dir = repoRoot()
+		build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build the arm64 agent: %v\n%s", err, out)
+		}
+		var volumes []string
+		t.Cleanup(func() { removeVolumes(t, volumes) })
+		s := startServer(t, withTOML(fmt.Sprintf("[runtime]\nagent_binaries = { \"linux/arm64\" = %q }", agent)))
+		volumes = append(volumes, checkPlatformBox(t, s, newExecdBox(t, s, armRequest), "arm64"))
+	})
+}
+
+// platformFacts are what a sandbox of each platform shows.
+var platformFacts = map[string]struct{ uname, elfMachine string }{
+	// elfMachine: e_machine of an ELF file, bytes 18-19, little-endian.
+	"amd64": {"x86_64", "3e 00"},
+	"arm64": {"aarch64", "b7 00"},
+}
+
+// checkPlatformBox checks that a sandbox of an arch image runs commands,
+// files and a PTY through an agent of that arch from that arch's agent
+// volume, and returns the volume.
+func checkPlatformBox(t *testing.T, s *Server, b *execdBox, arch string) string {
+	t.Helper()
+	var vol string
+	t.Run(arch, func(t *testing.T) {
+		facts := platformFacts[arch]
+		if got := runCommand(t, s, b.ID, "uname -m"); got != facts.uname {
+			t.Errorf("uname -m = %q, want %q", got, facts.uname)
+		}
+		// The agent that runs the commands is the binary in the agent
+		// volume: it must be built for the image's platform.
+		if got := strings.TrimSpace(runCommand(t, s, b.ID, "od -An -tx1 -j18 -N2 /opt/sandboxd/sandboxd")); got != facts.elfMachine {
+			t.Errorf("ELF machine of the agent = %q, want %q", got, facts.elfMachine)
+		}
+		vol = agentVolume(t, b)
+		if !strings.HasPrefix(vol, "sandboxd-agent-linux-"+arch+"-") {
+			t.Errorf("agent volume %s, want one for linux/%s", vol, arch)
+		}
+		content := "written through the " + arch + " agent\n"
+		uploadFile(t, s, b.ID, "/tmp/platform.txt", content)
+		if got := downloadFile(t, s, b.ID, "/tmp/platform.txt"); got != content {
+			t.Errorf("download = %q, want %q", got, content)
+		}
+		if got := runCommand(t, s, b.ID, "cat /tmp/platform.txt"); got+"\n" != content {
+			t.Errorf("cat = %q, want %q", got, content)
+		}
+		testPTY(t, b)
+	})
+	return vol
 }
 
 // buildRelease runs the release build for linux/amd64 and returns the
@@ -189,6 +213,9 @@ func removeVolumes(t *testing.T, names []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
 	defer cancel()
 	for _, n := range names {
+		if n == "" {
+			continue // a check failed before it found the volume
+		}
 		if err := dockerClient(t).VolumeRemove(ctx, n, false); err != nil {
 			t.Logf("clean-up: remove volume %s: %v", n, err)
 		}
