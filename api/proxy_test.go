@@ -242,43 +242,6 @@ func TestUploadDownload(t *testing.T) {
 	wantError(t, e.do(t, "GET", base+"/files/download?path=/tmp/a.txt", "", map[string]string{headerAPIKey: ""}), http.StatusUnauthorized, "MISSING_API_KEY")
 }
 
-func TestParseRange(t *testing.T) {
-	tests := []struct {
-		h             string
-		size          int64
-		start, length int64
-		partial, ok   bool
-	}{
-		{"", 10, 0, 10, false, true},
-		{"items=0-1", 10, 0, 10, false, true},
-		{"bytes=0-9", 10, 0, 10, true, true},
-		{"bytes=0-0", 10, 0, 1, true, true},
-		{"bytes=5-", 10, 5, 5, true, true},
-		{"bytes=-3", 10, 7, 3, true, true},
-		{"bytes=-30", 10, 0, 10, true, true},
-		{"bytes=2-100", 10, 2, 8, true, true},
-		{"bytes=0-1,4-5", 10, 0, 2, true, true},
-		{"bytes= 1-2", 10, 1, 2, true, true},
-		{"bytes=10-", 10, 0, 0, false, false},
-		{"bytes=10-12", 10, 0, 0, false, false},
-		{"bytes=5-2", 10, 0, 0, false, false},
-		{"bytes=-0", 10, 0, 0, false, false},
-		{"bytes=-1", 0, 0, 0, false, false},
-		{"bytes=0-", 0, 0, 0, false, false},
-		{"bytes=x-1", 10, 0, 0, false, false},
-		{"bytes=1-x", 10, 0, 0, false, false},
-		{"bytes=-1-2", 10, 0, 0, false, false},
-		{"bytes=5", 10, 0, 0, false, false},
-	}
-	for _, tt := range tests {
-		start, length, partial, ok := parseRange(tt.h, tt.size)
-		if start != tt.start || length != tt.length || partial != tt.partial || ok != tt.ok {
-			t.Errorf("parseRange(%q, %d) = %d, %d, %v, %v; want %d, %d, %v, %v",
-				tt.h, tt.size, start, length, partial, ok, tt.start, tt.length, tt.partial, tt.ok)
-		}
-	}
-}
-
 func TestProxyRest(t *testing.T) {
 	tests := []struct{ escaped, port, want string }{
 		{"/sandboxes/a/proxy/44772/command", "44772", "/command"},

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"strconv"
 
 	"github.com/sandboxd/sandboxd/lifecycle"
 )
@@ -24,8 +25,64 @@ const maxRecordedPrefix = maxMetadataPart + 8<<10
 // maxReadBuffer bounds the buffer an upload body is read through.
 const maxReadBuffer = 256 << 10
 
-// handleUpload implements execd's multipart upload: metadata and file
-// parts paired by index, each file streamed into the sandbox.
+// proxyTransport returns the agent transport a proxied request goes
+// through. Uploads and downloads of a sandbox that runs no process (nil
+// transport from FilesTransport) are served here with Docker's archive API;
+// then, or on an error, it returns nil having answered (or with the error).
+func (s *Server) proxyTransport(w http.ResponseWriter, r *http.Request, id string, port int, rest string) (http.RoundTripper, error) {
+	upload := r.Method == http.MethodPost && rest == "/files/upload"
+	download := (r.Method == http.MethodGet || r.Method == http.MethodHead) && rest == "/files/download"
+	if port != lifecycle.ExecdPort || !upload && !download {
+		return s.mgr.Transport(r.Context(), id)
+	}
+	rt, err := s.mgr.FilesTransport(r.Context(), id)
+	switch {
+	case err != nil || rt != nil:
+		return rt, err
+	case upload:
+		s.handleUpload(w, r, id)
+	default:
+		s.handleDownload(w, r, id)
+	}
+	return nil, nil
+}
+
+// handleDownload streams a whole file out of a stopped sandbox. Byte
+// ranges and line mode need seeking and reading inside the sandbox, which
+// only its agent does: the archive API would make dockerd read everything
+// before the range.
+func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, id string) {
+	q := r.URL.Query()
+	p := q.Get("path")
+	if p == "" {
+		writeError(w, r, http.StatusBadRequest, lifecycle.CodeMissingQuery, "query parameter path is required")
+		return
+	}
+	if r.Header.Get("Range") != "" || q.Get("offset") != "" || q.Get("limit") != "" {
+		writeError(w, r, http.StatusConflict, lifecycle.CodeNotRunning, "sandbox "+id+" is not running: byte ranges and line mode (offset, limit) are served only while it runs; download the whole file")
+		return
+	}
+	f, err := s.mgr.OpenFile(r.Context(), id, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer f.Close()
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": f.Name}))
+	if !f.ModTime.IsZero() {
+		h.Set("Last-Modified", f.ModTime.UTC().Format(http.TimeFormat))
+	}
+	h.Set("Content-Length", strconv.FormatInt(f.Size, 10))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = io.Copy(w, f)
+	}
+}
+
+// handleUpload implements execd's multipart upload into a stopped sandbox:
+// metadata and file parts paired by index, each file streamed into it.
 func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, id string) {
 	media, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	boundary := params["boundary"]
