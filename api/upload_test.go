@@ -61,6 +61,7 @@ func TestLastPartSize(t *testing.T) {
 func TestUploadLargeFiles(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.create(t)
+	e.stop(t, id)
 	base := "/sandboxes/" + id + "/proxy/44772"
 	auth := map[string]string{headerAPIKey: "", lifecycle.TokenHeader: e.mgr.Token(id)}
 	big1 := strings.Repeat("a1b2c3d4", (2<<20)/8+3)
