@@ -99,7 +99,6 @@ func TestOverwriteInPlace(t *testing.T) {
 	}
 }
 
-
 // TestDownloadLines covers line mode as execd 1.0.19 serves it (reference
 // execd-1.1.md §1.2), including upstream's e2e test 03a.
 func TestDownloadLines(t *testing.T) {
@@ -270,4 +269,3 @@ func TestParseRange(t *testing.T) {
 		}
 	}
 }
-
