@@ -148,7 +148,7 @@ func multipartUpload(t *testing.T, path string, mode int, content io.Reader, siz
 		err := func() error {
 			for _, p := range []struct {
 				name, filename, ctype string
-				data              io.Reader
+				data                  io.Reader
 			}{
 				{"metadata", "metadata", "application/json", bytes.NewReader(meta)},
 				{"file", path, "application/octet-stream", content},
