@@ -132,7 +132,9 @@ func readUploadMeta(part io.Reader) (uploadMeta, *httpError) {
 
 // writeUpload writes src to meta.Path, creating parents, and replaces the
 // path atomically: the data goes to a temp file in the same directory,
-// which gets its mode and owner, is synced, then renamed over the path. A
+// which gets its mode and owner, then is renamed over the path (not
+// fsynced: a sync costs more than the rest of a small upload, and Docker's
+// archive API, which this path replaced, never synced either). A
 // reader never sees half a file, and a symlink at the path is replaced,
 // not followed: the new file has the default mode 0644 (not the link's
 // 0777), and the link's target is left alone. An existing regular file
@@ -189,9 +191,6 @@ func (s *server) writeUpload(meta uploadMeta, src io.Reader) *httpError {
 	}
 	if err := tmp.Chmod(mode); err != nil {
 		return runtimeErr("error setting permissions of %s: %v", p, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		s.log.Warn("upload fsync failed", "path", p, "err", err)
 	}
 	if err := tmp.Close(); err != nil {
 		return runtimeErr("error writing file %s: %v", p, err)
