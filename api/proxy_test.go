@@ -141,12 +141,15 @@ func multipartBody(t *testing.T, parts ...[2]string) (string, string) {
 	w := multipart.NewWriter(&buf)
 	for _, p := range parts {
 		h := textproto.MIMEHeader{}
-		if p[0] == "file" {
+		switch p[0] {
+		case "file":
 			h.Set("Content-Disposition", `form-data; name="file"; filename="blob"`)
 			h.Set("Content-Type", "application/octet-stream")
-		} else {
-			h.Set("Content-Disposition", `form-data; name="metadata"`)
+		case "metadata":
+			h.Set("Content-Disposition", `form-data; name="metadata"; filename="metadata"`)
 			h.Set("Content-Type", "application/json")
+		default: // execd counts only file parts
+			h.Set("Content-Disposition", `form-data; name="metadata"`)
 		}
 		pw, err := w.CreatePart(h)
 		if err != nil {
@@ -226,8 +229,10 @@ func TestUploadDownload(t *testing.T) {
 		{"metadata first", [][2]string{{"metadata", `{"path":"/tmp/a.txt"}`}, {"file", "0123456789"}}, 200, "", map[string]string{"/tmp/a.txt": "0123456789"}},
 		{"file first", [][2]string{{"file", "bbb"}, {"metadata", `{"path":"/tmp/b.txt","mode":600}`}}, 200, "", map[string]string{"/tmp/b.txt": "bbb"}},
 		{"two files", [][2]string{{"metadata", `{"path":"/tmp/c1"}`}, {"file", "c1"}, {"metadata", `{"path":"/tmp/c2"}`}, {"file", "c2"}}, 200, "", map[string]string{"/tmp/c1": "c1", "/tmp/c2": "c2"}},
-		{"metadata without file", [][2]string{{"metadata", `{"path":"/tmp/d"}`}}, 400, "INVALID_FILE", nil},
-		{"no parts", nil, 400, "INVALID_FILE", nil},
+		{"metadata without file", [][2]string{{"metadata", `{"path":"/tmp/d"}`}}, 400, "INVALID_FILE_CONTENT", nil},
+		{"no parts", nil, 400, "INVALID_FILE_METADATA", nil},
+		{"metadata as a plain field", [][2]string{{"field", `{"path":"/tmp/f"}`}, {"file", "x"}}, 400, "INVALID_FILE_METADATA", nil},
+		{"more files than metadata", [][2]string{{"metadata", `{"path":"/tmp/g"}`}, {"file", "x"}, {"file", "y"}}, 400, "INVALID_FILE", nil},
 		{"bad metadata", [][2]string{{"metadata", `not json`}, {"file", "x"}}, 400, "INVALID_FILE_METADATA", nil},
 		{"relative path", [][2]string{{"metadata", `{"path":"rel"}`}, {"file", "x"}}, 400, "INVALID_FILE_METADATA", nil},
 		{"bad mode", [][2]string{{"metadata", `{"path":"/tmp/e","mode":999}`}, {"file", "x"}}, 400, "INVALID_FILE_METADATA", nil},

@@ -20,111 +20,134 @@ import (
 
 const maxUploadMetadata = 1 << 20
 
-// httpError is an error answer decided deep inside a handler.
-type httpError struct {
-	status        int
-	code, message string
+// UploadError is an upload refused or failed: the status and execd error
+// code to answer with.
+type UploadError struct {
+	Status        int
+	Code, Message string
 }
 
-type uploadMeta struct {
+func (e *UploadError) Error() string { return e.Message }
+
+// UploadMeta is the metadata part of one uploaded file.
+type UploadMeta struct {
 	Path string `json:"path"`
 	permission
 }
 
-// upload serves POST /files/upload: multipart/form-data whose "metadata"
-// and "file" parts are both file parts (they carry a filename), paired by
-// index. Parts are streamed to disk as they arrive; a file part that comes
-// before its metadata is spooled until the metadata arrives.
+// upload serves POST /files/upload, writing each file as it arrives.
 func (s *server) upload(w http.ResponseWriter, r *http.Request) {
-	if herr := s.receiveUpload(r); herr != nil {
-		writeError(w, herr.status, herr.code, herr.message)
+	err := ReadUpload(r, s.opts.TempDir, func(meta UploadMeta, _ int, content io.Reader) error {
+		if uerr := s.writeUpload(meta, content); uerr != nil {
+			return uerr
+		}
+		return nil
+	})
+	var uerr *UploadError
+	switch {
+	case errors.As(err, &uerr):
+		writeError(w, uerr.Status, uerr.Code, uerr.Message)
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, codeRuntimeError, err.Error())
 	}
 }
 
-func (s *server) receiveUpload(r *http.Request) *httpError {
+// ReadUpload reads execd's upload form, multipart/form-data whose
+// "metadata" and "file" parts are both file parts (they carry a filename),
+// paired by index, and hands each file to put as it arrives: its metadata,
+// the index of its file part among all the parts of the body, and its
+// content. A file part that comes before its metadata is spooled in
+// tempDir until the metadata arrives. A malformed form is an
+// *UploadError; put's errors are returned as they are. It is the one
+// parser of uploads: the agent's, and sandboxd's for a stopped sandbox.
+func ReadUpload(r *http.Request, tempDir string, put func(meta UploadMeta, part int, content io.Reader) error) error {
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return &httpError{http.StatusBadRequest, codeInvalidFile, "multipart form is empty: " + err.Error()}
+		return &UploadError{http.StatusBadRequest, codeInvalidFile, "multipart form is empty: " + err.Error()}
 	}
-	var metas []uploadMeta
-	spooled := map[int]*spool{}
+	type early struct {
+		sp   *spool
+		part int
+	}
+	var metas []UploadMeta
+	spooled := map[int]early{}
 	defer func() {
-		for _, sp := range spooled {
-			sp.release()
+		for _, e := range spooled {
+			e.sp.release()
 		}
 	}()
 	files := 0
-	for {
-		part, err := mr.NextPart()
+	for part := 0; ; part++ {
+		p, err := mr.NextPart()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return &httpError{http.StatusBadRequest, codeInvalidFile, "error reading multipart form: " + err.Error()}
+			return &UploadError{http.StatusBadRequest, codeInvalidFile, "error reading multipart form: " + err.Error()}
 		}
-		if part.FileName() == "" {
+		if p.FileName() == "" {
 			continue // like execd, only file parts count
 		}
-		switch part.FormName() {
+		switch p.FormName() {
 		case "metadata":
-			meta, herr := readUploadMeta(part)
-			if herr != nil {
-				return herr
+			meta, uerr := readUploadMeta(p)
+			if uerr != nil {
+				return uerr
 			}
 			metas = append(metas, meta)
-			if sp := spooled[len(metas)-1]; sp != nil {
+			if e, ok := spooled[len(metas)-1]; ok {
 				delete(spooled, len(metas)-1)
-				herr := s.writeUpload(meta, sp.reader())
-				sp.release()
-				if herr != nil {
-					return herr
+				err := put(meta, e.part, e.sp.reader())
+				e.sp.release()
+				if err != nil {
+					return err
 				}
 			}
 		case "file":
 			i := files
 			files++
 			if i < len(metas) {
-				if herr := s.writeUpload(metas[i], part); herr != nil {
-					return herr
+				if err := put(metas[i], part, p); err != nil {
+					return err
 				}
 				continue
 			}
-			sp, err := s.spoolPart(part)
+			sp, err := spoolPart(tempDir, p)
 			if err != nil {
-				return &httpError{http.StatusInternalServerError, codeRuntimeError, "error buffering file part: " + err.Error()}
+				return &UploadError{http.StatusInternalServerError, codeRuntimeError, "error buffering file part: " + err.Error()}
 			}
-			spooled[i] = sp
+			spooled[i] = early{sp, part}
 		}
 	}
 	switch {
 	case len(metas) == 0:
-		return &httpError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata file is missing"}
+		return &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata file is missing"}
 	case files == 0:
-		return &httpError{http.StatusBadRequest, codeInvalidFileContent, "file is missing"}
+		return &UploadError{http.StatusBadRequest, codeInvalidFileContent, "file is missing"}
 	case len(metas) != files:
-		return &httpError{http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("metadata and file count mismatch: %d vs %d", len(metas), files)}
+		return &UploadError{http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("metadata and file count mismatch: %d vs %d", len(metas), files)}
 	}
 	return nil
 }
 
-func readUploadMeta(part io.Reader) (uploadMeta, *httpError) {
-	var meta uploadMeta
+func readUploadMeta(part io.Reader) (UploadMeta, *UploadError) {
+	var meta UploadMeta
 	b, err := io.ReadAll(io.LimitReader(part, maxUploadMetadata+1))
 	switch {
 	case err != nil:
-		return meta, &httpError{http.StatusBadRequest, codeInvalidFileMetadata, "error reading metadata: " + err.Error()}
+		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "error reading metadata: " + err.Error()}
 	case len(b) > maxUploadMetadata:
-		return meta, &httpError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata is too large"}
+		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata is too large"}
 	}
 	if err := json.Unmarshal(b, &meta); err != nil {
-		return meta, &httpError{http.StatusBadRequest, codeInvalidFileMetadata, "invalid metadata format: " + err.Error()}
+		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "invalid metadata format: " + err.Error()}
 	}
 	if meta.Path == "" {
-		return meta, &httpError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata path is empty"}
+		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata path is empty"}
 	}
 	if meta.Mode != 0 {
 		if _, err := parseOctalDigits(meta.Mode); err != nil {
-			return meta, &httpError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
+			return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
 		}
 	}
 	return meta, nil
@@ -139,13 +162,13 @@ func readUploadMeta(part io.Reader) (uploadMeta, *httpError) {
 // not followed: the new file has the default mode 0644 (not the link's
 // 0777), and the link's target is left alone. An existing regular file
 // keeps its mode and owner unless the metadata sets them.
-func (s *server) writeUpload(meta uploadMeta, src io.Reader) *httpError {
-	runtimeErr := func(format string, args ...any) *httpError {
-		return &httpError{http.StatusInternalServerError, codeRuntimeError, fmt.Sprintf(format, args...)}
+func (s *server) writeUpload(meta UploadMeta, src io.Reader) *UploadError {
+	runtimeErr := func(format string, args ...any) *UploadError {
+		return &UploadError{http.StatusInternalServerError, codeRuntimeError, fmt.Sprintf(format, args...)}
 	}
 	p, err := absPath(meta.Path)
 	if err != nil {
-		return &httpError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
+		return &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
 	}
 	dir := filepath.Dir(p)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -155,7 +178,7 @@ func (s *server) writeUpload(meta uploadMeta, src io.Reader) *httpError {
 	if fi, err := os.Lstat(p); err == nil {
 		switch {
 		case fi.IsDir():
-			return &httpError{http.StatusBadRequest, codeInvalidFileMetadata, p + " is a directory"}
+			return &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, p + " is a directory"}
 		case fi.Mode().IsRegular():
 			mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -266,8 +289,8 @@ type spool struct {
 	mem  *bytes.Buffer
 }
 
-func (s *server) spoolPart(part io.Reader) (*spool, error) {
-	f, err := os.CreateTemp(s.opts.TempDir, "sandboxd-upload-*")
+func spoolPart(tempDir string, part io.Reader) (*spool, error) {
+	f, err := os.CreateTemp(tempDir, "sandboxd-upload-*")
 	if err != nil {
 		var mem bytes.Buffer
 		if _, err := io.Copy(&mem, part); err != nil {
