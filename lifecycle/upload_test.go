@@ -52,4 +52,3 @@ func TestLastPartSize(t *testing.T) {
 		}
 	}
 }
-
