@@ -71,8 +71,8 @@ func (s *Spooled) Close() error {
 	return os.Remove(s.file.Name())
 }
 
-// Spool reads r to its end.
-// The buffer grows with the data, so a small upload costs little.
+// Spool reads r to its end: into memory up to 1 MiB (a buffer that grows
+// with the data, so a small upload costs little), else into a temp file.
 func Spool(r io.Reader) (*Spooled, error) {
 	var buf bytes.Buffer
 	n, err := io.CopyN(&buf, r, spoolInMemory+1)
