@@ -266,7 +266,15 @@ func copyFilled(dst io.Writer, src io.Reader) (int64, error) {
 	buf := *bp
 	var total int64
 	for {
-		n, err := io.ReadFull(src, buf)
+		// Not io.ReadFull: it reports a short last read as
+		// io.ErrUnexpectedEOF, which is also what a multipart part says
+		// when the client went away mid-file.
+		n, err := 0, error(nil)
+		for n < len(buf) && err == nil {
+			var m int
+			m, err = src.Read(buf[n:])
+			n += m
+		}
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return total, werr
@@ -274,7 +282,7 @@ func copyFilled(dst io.Writer, src io.Reader) (int64, error) {
 			total += int64(n)
 		}
 		switch {
-		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		case err == io.EOF:
 			return total, nil
 		case err != nil:
 			return total, err

@@ -45,6 +45,32 @@ func TestUploadReplacesAtomically(t *testing.T) {
 	wantError(t, a.upload(t, []uploadPart{meta(d, 0), file(d, "x")}), http.StatusBadRequest, codeInvalidFileMetadata)
 }
 
+// TestUploadTruncated: a client that goes away mid-file leaves the file
+// as it was, and no temp file.
+func TestUploadTruncated(t *testing.T) {
+	a := newTestAgent(t)
+	p := filepath.Join(a.dir, "keep.txt")
+	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ct, body := uploadBody(t, []uploadPart{meta(p, 0), file(p, strings.Repeat("new", 100000))})
+	cut := body.Bytes()[:body.Len()/2] // no closing boundary
+	resp, err := http.Post(a.url+"/files/upload", ct, bytes.NewReader(cut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		t.Error("a truncated upload succeeded")
+	}
+	if got, _ := os.ReadFile(p); string(got) != "old" {
+		t.Errorf("file after a truncated upload: %d bytes, want the old content", len(got))
+	}
+	if left, _ := filepath.Glob(filepath.Join(a.dir, ".sandboxd-upload-*")); len(left) > 0 {
+		t.Errorf("temp files left: %v", left)
+	}
+}
+
 // TestUploadOverSymlink: a symlink at the path is replaced by the file
 // with the default mode (never the link's 0777), and its target, here
 // outside the directory, is not written through.
