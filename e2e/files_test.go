@@ -271,6 +271,17 @@ func TestFilesThroughAgent(t *testing.T) {
 	if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(got, whole[1000:]) || resp.Header.Get("Content-Range") != "bytes 1000-1023/1024" {
 		t.Errorf("range: %d %q %q", resp.StatusCode, got, resp.Header.Get("Content-Range"))
 	}
+	// A range at the end of a 1 TiB sparse file is a seek: reading and
+	// discarding what comes before it would take hours.
+	b.shell(t, "truncate -s 1099511627776 /tmp/sparse && printf end >> /tmp/sparse")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a hang guard only
+	defer cancel()
+	resp = b.stream(t, ctx, http.MethodGet, "/files/download?path=/tmp/sparse", nil, map[string]string{"Range": "bytes=-3"})
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusPartialContent || string(got) != "end" || resp.Header.Get("Content-Range") != "bytes 1099511627776-1099511627778/1099511627779" {
+		t.Errorf("range at the end of a sparse file: %d %q %q %v", resp.StatusCode, got, resp.Header.Get("Content-Range"), err)
+	}
 	noArchive(t, rec, b.ID)
 }
 
