@@ -325,6 +325,10 @@ func TestFilesLineMode(t *testing.T) {
 	noArchive(t, rec, b.ID)
 }
 
+// TestFilesLineModeSDK is line mode and ranges through the official
+// TypeScript SDK.
+func TestFilesLineModeSDK(t *testing.T) { runExecdNode(t, "execd_lines.test.mjs") }
+
 // TestFilesSafeReplace: an upload over a symlink replaces the link with a
 // file of the default mode (never the link's 0777) and does not write
 // through it; an existing file keeps its mode; a directory is refused.
