@@ -7,7 +7,8 @@
 //   - command round trips (`true`, and `echo` of 1 KiB) through the proxy,
 //     read to the end of the stream, against exec create/start/inspect of
 //     `true` in the same container;
-//   - 1 KiB upload and download latency, and large upload and download
+//   - 1 KiB upload and download latency, against the archive API and
+//     against a /ping through the proxy, and large upload and download
 //     throughput, against the archive API;
 //   - a burst of concurrent creates, then one command in each;
 //   - sandboxd's RSS and goroutines with 0, half and all of the burst's
@@ -19,6 +20,7 @@
 //	CGO_ENABLED=0 go build -o /tmp/sandboxd ./cmd/sandboxd && go run ./e2e/bench -start /tmp/sandboxd
 //	go run ./e2e/bench -url http://127.0.0.1:8080 -key KEY [-pid PID]
 //	go run ./e2e/bench -start /tmp/sandboxd -short        (small counts, for CI)
+//	go run ./e2e/bench -start /tmp/sandboxd -files-only   (commands and files only)
 //
 // With -start it runs its own sandboxd from the given binary with a
 // temporary config and store, and removes everything it made at the end.
