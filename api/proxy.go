@@ -2,8 +2,6 @@ package api
 
 import (
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -17,9 +15,10 @@ import (
 )
 
 // handleProxy serves /sandboxes/{id}/proxy/{port}/...: port 44772 is the
-// execd API (served by the agent, with uploads and downloads done through
-// Docker's archive API), any other port is forwarded by the agent to that
-// port inside the sandbox. Nothing is ever published on the host.
+// execd API, served by the agent (uploads and downloads of a stopped
+// sandbox by Docker's archive API), any other port is forwarded by the
+// agent to that port inside the sandbox. Nothing is ever published on the
+// host.
 func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	vars := mux.Vars(r)
 	id := vars["id"]
@@ -32,19 +31,11 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rest := proxyRest(r.URL.EscapedPath(), vars["port"])
-	if port == lifecycle.ExecdPort {
-		switch {
-		case r.Method == http.MethodPost && rest == "/files/upload":
-			s.handleUpload(w, r, id)
-			return
-		case r.Method == http.MethodGet && rest == "/files/download":
-			s.handleDownload(w, r, id)
-			return
+	transport, err := s.proxyTransport(w, r, id, port, rest)
+	if transport == nil {
+		if err != nil {
+			s.fail(w, r, err)
 		}
-	}
-	transport, err := s.mgr.Transport(r.Context(), id)
-	if err != nil {
-		s.fail(w, r, err)
 		return
 	}
 	target := rest
@@ -113,86 +104,4 @@ func (s *Server) authorizeProxy(w http.ResponseWriter, r *http.Request, id strin
 	}
 	writeError(w, r, http.StatusUnauthorized, "INVALID_API_KEY", "Authentication credentials are invalid for this sandbox.")
 	return false
-}
-
-// handleDownload streams a file out of the sandbox, honouring one Range.
-func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, id string) {
-	p := r.URL.Query().Get("path")
-	if p == "" {
-		writeError(w, r, http.StatusBadRequest, lifecycle.CodeMissingQuery, "query parameter path is required")
-		return
-	}
-	f, err := s.mgr.OpenFile(r.Context(), id, p)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	defer f.Close()
-	h := w.Header()
-	h.Set("Content-Type", "application/octet-stream")
-	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": f.Name}))
-	h.Set("Accept-Ranges", "bytes")
-	if !f.ModTime.IsZero() {
-		h.Set("Last-Modified", f.ModTime.UTC().Format(http.TimeFormat))
-	}
-	start, length, partial, ok := parseRange(r.Header.Get("Range"), f.Size)
-	if !ok {
-		h.Set("Content-Range", fmt.Sprintf("bytes */%d", f.Size))
-		writeError(w, r, http.StatusRequestedRangeNotSatisfiable, lifecycle.CodeInvalidFile, "requested range not satisfiable")
-		return
-	}
-	var body io.Reader = f
-	status := http.StatusOK
-	if partial {
-		if _, err := io.CopyN(io.Discard, f, start); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		body = io.LimitReader(f, length)
-		status = http.StatusPartialContent
-		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, start+length-1, f.Size))
-	}
-	h.Set("Content-Length", strconv.FormatInt(length, 10))
-	w.WriteHeader(status)
-	if r.Method != http.MethodHead {
-		_, _ = io.Copy(w, body)
-	}
-}
-
-// parseRange interprets the first range of a Range header against size.
-// It returns partial=false for no (or an ignorable) header, ok=false when
-// the range cannot be satisfied.
-func parseRange(h string, size int64) (start, length int64, partial, ok bool) {
-	spec, found := strings.CutPrefix(h, "bytes=")
-	if h == "" || !found {
-		return 0, size, false, true
-	}
-	spec, _, _ = strings.Cut(spec, ",")
-	a, b, found := strings.Cut(strings.TrimSpace(spec), "-")
-	if !found {
-		return 0, 0, false, false
-	}
-	switch {
-	case a == "": // suffix: the last b bytes
-		n, err := strconv.ParseInt(b, 10, 64)
-		if err != nil || n <= 0 || size == 0 {
-			return 0, 0, false, false
-		}
-		n = min(n, size)
-		return size - n, n, true, true
-	default:
-		first, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || first < 0 || first >= size {
-			return 0, 0, false, false
-		}
-		last := size - 1
-		if b != "" {
-			l, err := strconv.ParseInt(b, 10, 64)
-			if err != nil || l < first {
-				return 0, 0, false, false
-			}
-			last = min(l, size-1)
-		}
-		return first, last - first + 1, true, true
-	}
 }

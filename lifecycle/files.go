@@ -4,15 +4,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
-	"net/url"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,22 +71,23 @@ func (s *Spooled) Close() error {
 	return os.Remove(s.file.Name())
 }
 
-// Spool reads r to its end.
+// Spool reads r to its end: into memory up to 1 MiB (a buffer that grows
+// with the data, so a small upload costs little), else into a temp file.
 func Spool(r io.Reader) (*Spooled, error) {
-	buf := make([]byte, spoolInMemory+1)
-	n, err := io.ReadFull(r, buf)
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return &Spooled{Reader: bytes.NewReader(buf[:n]), Size: int64(n)}, nil
-	}
-	if err != nil {
+	var buf bytes.Buffer
+	n, err := io.CopyN(&buf, r, spoolInMemory+1)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
+	}
+	if n <= spoolInMemory {
+		return &Spooled{Reader: &buf, Size: n}, nil
 	}
 	f, err := os.CreateTemp("", "sandboxd-upload-*")
 	if err != nil {
 		return nil, fmt.Errorf("spool upload: %w", err)
 	}
 	s := &Spooled{Reader: f, file: f}
-	s.Size, err = io.Copy(f, io.MultiReader(bytes.NewReader(buf[:n]), r))
+	s.Size, err = io.Copy(f, io.MultiReader(&buf, r))
 	if err == nil {
 		_, err = f.Seek(0, io.SeekStart)
 	}
@@ -111,15 +110,54 @@ func cleanPath(p string) (string, error) {
 	return c, nil
 }
 
-// PutFile writes one uploaded file into a sandbox with Docker's archive
-// API, so it works for any size and even when the sandbox's main process
-// has exited. Missing parent directories are created.
-func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content io.Reader) error {
-	rec, err := m.record(id)
-	if err != nil {
-		return err
+// FilesTransport says how files of a sandbox move. While the sandbox can
+// run processes they go through its agent, the transport returned: Docker's
+// archive API resolves paths in dockerd, where sandbox code can race it
+// (swap a directory for a symlink to a host path) and make dockerd mount
+// over host directories. Only when no process can run (a stopped
+// container) is the transport nil: then PutFile and OpenFile use the
+// archive API. A paused sandbox is refused: its agent is frozen, and its
+// processes run again when it is resumed. Each call counts as activity.
+func (m *Manager) FilesTransport(ctx context.Context, id string) (http.RoundTripper, error) {
+	if _, paused := m.paused.Load(id); paused {
+		return nil, errPausedFiles(id)
 	}
-	m.Touch(id)
+	rt, err := m.Transport(ctx, id)
+	var e *Error
+	if err == nil || !errors.As(err, &e) || e.Code != CodeNotRunning {
+		return rt, err
+	}
+	// The agent cannot run: find out whether any process can.
+	if _, _, serr := m.stopped(ctx, id); serr != nil {
+		return nil, serr
+	}
+	return nil, nil
+}
+
+func errPausedFiles(id string) error {
+	return errf(KindConflict, CodeNotRunning, "sandbox %s is paused: files can be moved once it is resumed", id)
+}
+
+// stopped returns the record of a sandbox whose container runs no process,
+// and the container, or a conflict when it can run one: the archive API is
+// used on nothing else.
+func (m *Manager) stopped(ctx context.Context, id string) (*Record, runtime.Container, error) {
+	rec, c, err := m.ready(ctx, id)
+	switch {
+	case err != nil:
+		return nil, c, err
+	case c.Paused:
+		return nil, c, errPausedFiles(id)
+	case c.Running:
+		return nil, c, errf(KindConflict, CodeNotRunning, "sandbox %s is running but its agent is not: files cannot be moved", id)
+	}
+	return rec, c, nil
+}
+
+// PutFile writes one uploaded file into a stopped sandbox with Docker's
+// archive API (see FilesTransport). Missing parent directories are
+// created; a new file gets mode 0644, an existing file keeps its mode.
+func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content io.Reader) error {
 	p, err := cleanPath(meta.Path)
 	if err != nil {
 		return err
@@ -128,8 +166,16 @@ func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content
 	if err != nil {
 		return errf(KindInvalid, CodeInvalidFileMeta, "file %s: %v", p, err)
 	}
+	uid, gid, err := archiveOwner(meta)
+	if err != nil {
+		return err
+	}
+	rec, _, err := m.stopped(ctx, id)
+	if err != nil {
+		return err
+	}
 	if rec.ReadOnlyRootfs {
-		return m.putFileViaAgent(ctx, rec, p, meta, content)
+		return errf(KindConflict, CodeNotRunning, "sandbox %s has a read-only root and is not running: files cannot be written", id)
 	}
 	announced, streamed := content.(*Announced)
 	streamed = streamed && announced.Size > spoolInMemory
@@ -145,12 +191,13 @@ func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content
 		return err
 	}
 	if mode == 0 {
+		// Only a regular file's mode is kept: a symlink's is 0777.
 		mode = 0o644
-		if st, err := m.rt.StatPath(ctx, rec.ContainerID, p); err == nil && !st.IsDir {
+		if st, err := m.rt.StatPath(ctx, rec.ContainerID, p); err == nil && st.Mode.IsRegular() {
 			mode = st.Mode.Perm()
 		}
 	}
-	t := archiveTarget{cid: rec.ContainerID, dir: dir, missing: missing, name: path.Base(p), mode: mode}
+	t := archiveTarget{cid: rec.ContainerID, dir: dir, missing: missing, name: path.Base(p), mode: mode, uid: uid, gid: gid}
 	if streamed {
 		err = m.putAnnounced(ctx, t, announced)
 	} else {
@@ -163,116 +210,28 @@ func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content
 	if err != nil {
 		return m.fileError(err, p)
 	}
-	if meta.Owner != nil && *meta.Owner != "" || meta.Group != nil && *meta.Group != "" {
-		return m.chown(ctx, rec, p, meta.Owner, meta.Group)
-	}
 	return nil
 }
 
-// chown asks the agent to change an uploaded file's owner, because user
-// and group names are only meaningful inside the sandbox.
-func (m *Manager) chown(ctx context.Context, rec *Record, p string, owner, group *string) error {
-	perm := map[string]string{}
-	if owner != nil {
-		perm["owner"] = *owner
-	}
-	if group != nil {
-		perm["group"] = *group
-	}
-	body, _ := json.Marshal(map[string]any{p: perm})
-	resp, err := m.agentCall(ctx, rec, http.MethodPost, "/files/permissions", "application/json", bytes.NewReader(body), "set owner of "+p)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
-}
-
-// agentCall sends one request to a sandbox's agent and returns its 200
-// response; any other answer becomes an error carrying the agent's message.
-func (m *Manager) agentCall(ctx context.Context, rec *Record, method, target, contentType string, body io.Reader, what string) (*http.Response, error) {
-	rt, err := m.rt.Agent(ctx, rec.ContainerID)
-	if err != nil {
-		return nil, &Error{Kind: KindConflict, Code: CodeRuntimeError, Message: what + ": the sandbox's agent is not running", Err: err}
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+target, body)
-	if err != nil {
-		return nil, &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: what, Err: err}
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		return nil, &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: what, Err: err}
-	}
-	if resp.StatusCode == http.StatusOK {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	// The agent answers with execd's envelope; its code is passed on.
-	e := &Error{Kind: KindInvalid, Code: CodeRuntimeError}
-	var ae struct{ Code, Message string }
-	if json.Unmarshal(msg, &ae) == nil && ae.Message != "" {
-		msg = []byte(ae.Message)
-		if ae.Code != "" {
-			e.Code = ae.Code
+// archiveOwner is the owner an upload into a stopped sandbox gets, written
+// into the tar header: numeric ids only, since names mean something only
+// inside the sandbox. Without one the file is root's, as Docker's copy does.
+func archiveOwner(meta FileMeta) (uid, gid int, err error) {
+	id := func(p *string, what string) (int, error) {
+		if p == nil || *p == "" {
+			return 0, nil
 		}
+		n, err := strconv.Atoi(*p)
+		if err != nil || n < 0 {
+			return 0, errf(KindConflict, CodeNotRunning, "%s %q of %s: names are resolved inside the sandbox, which is not running; give a numeric id", what, *p, meta.Path)
+		}
+		return n, nil
 	}
-	e.Message = fmt.Sprintf("%s: %s", what, msg)
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		e.Kind = KindNotFound
-	case resp.StatusCode >= 500:
-		e.Kind = KindInternal
+	if uid, err = id(meta.Owner, "owner"); err != nil {
+		return 0, 0, err
 	}
-	return nil, e
-}
-
-// putFileViaAgent uploads through the agent's own /files/upload, for
-// sandboxes whose root filesystem is read-only: Docker's archive API
-// refuses to write into them and cannot see their tmpfs.
-func (m *Manager) putFileViaAgent(ctx context.Context, rec *Record, p string, meta FileMeta, content io.Reader) error {
-	pr, pw := io.Pipe()
-	mw := multipart.NewWriter(pw)
-	go func() {
-		pw.CloseWithError(writeUploadForm(mw, p, meta, content))
-	}()
-	resp, err := m.agentCall(ctx, rec, http.MethodPost, "/files/upload", mw.FormDataContentType(), pr, "upload "+p)
-	pr.CloseWithError(errors.New("upload finished"))
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
-}
-
-// writeUploadForm writes execd's upload form: a metadata part then the
-// file part, both as file parts as execd expects.
-func writeUploadForm(mw *multipart.Writer, p string, meta FileMeta, content io.Reader) error {
-	perm := map[string]any{"path": p, "mode": meta.Mode}
-	if meta.Owner != nil {
-		perm["owner"] = *meta.Owner
-	}
-	if meta.Group != nil {
-		perm["group"] = *meta.Group
-	}
-	mpart, err := mw.CreateFormFile("metadata", "metadata.json")
-	if err != nil {
-		return err
-	}
-	if err := json.NewEncoder(mpart).Encode(perm); err != nil {
-		return err
-	}
-	fpart, err := mw.CreateFormFile("file", path.Base(p))
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(fpart, content); err != nil {
-		return err
-	}
-	return mw.Close()
+	gid, err = id(meta.Group, "group")
+	return uid, gid, err
 }
 
 // archiveTarget is where one uploaded file goes: the deepest existing
@@ -282,6 +241,7 @@ type archiveTarget struct {
 	missing  []string
 	name     string
 	mode     os.FileMode
+	uid, gid int
 }
 
 // putArchive streams size bytes of body into the container as a one-file
@@ -289,7 +249,7 @@ type archiveTarget struct {
 // goroutine. A failure to read body, or a body of another size, is
 // returned over Docker's error, which is only its consequence.
 func (m *Manager) putArchive(ctx context.Context, t archiveTarget, size int64, body io.Reader) error {
-	head, err := tarHead(t.missing, t.name, t.mode, size)
+	head, err := tarHead(t, size)
 	if err != nil {
 		return err
 	}
@@ -413,18 +373,18 @@ const tarBlock = 512
 
 // tarHead is the start of a one-file tar: the missing directories, then
 // the file's header.
-func tarHead(dirs []string, name string, mode os.FileMode, size int64) ([]byte, error) {
+func tarHead(t archiveTarget, size int64) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	now := time.Now()
 	rel := ""
-	for _, d := range dirs {
+	for _, d := range t.missing {
 		rel = path.Join(rel, d)
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o755, ModTime: now}); err != nil {
 			return nil, err
 		}
 	}
-	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: path.Join(rel, name), Mode: int64(mode), Size: size, ModTime: now}
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: path.Join(rel, t.name), Mode: int64(t.mode), Size: size, ModTime: now, Uid: t.uid, Gid: t.gid}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return nil, err
 	}
@@ -477,20 +437,17 @@ type File struct {
 // Close releases the archive stream.
 func (f *File) Close() error { return f.closer.Close() }
 
-// OpenFile streams one regular file out of a sandbox through the archive
-// API, following symlinks. A directory is a clean 400, a missing path 404.
+// OpenFile streams one regular file out of a stopped sandbox through the
+// archive API (see FilesTransport), following symlinks. A directory is a
+// clean 400, a missing path 404.
 func (m *Manager) OpenFile(ctx context.Context, id, p string) (*File, error) {
-	rec, err := m.record(id)
-	if err != nil {
-		return nil, err
-	}
-	m.Touch(id)
 	if !strings.HasPrefix(p, "/") || strings.Contains(p, "\x00") {
 		return nil, errf(KindInvalid, CodeInvalidFile, "path %q must be absolute", p)
 	}
 	p = path.Clean(p)
-	if rec.ReadOnlyRootfs {
-		return m.openFileViaAgent(ctx, rec, p)
+	rec, _, err := m.stopped(ctx, id)
+	if err != nil {
+		return nil, err
 	}
 	for hops := 0; hops < 16; hops++ {
 		rc, st, err := m.rt.GetArchive(ctx, rec.ContainerID, p)
@@ -523,21 +480,4 @@ func (m *Manager) OpenFile(ctx context.Context, id, p string) (*File, error) {
 		}
 	}
 	return nil, errf(KindInvalid, CodeInvalidFile, "%s: too many levels of symbolic links", p)
-}
-
-// openFileViaAgent downloads through the agent's /files/download, for
-// sandboxes with a read-only root whose writable tmpfs the archive API
-// cannot see.
-func (m *Manager) openFileViaAgent(ctx context.Context, rec *Record, p string) (*File, error) {
-	resp, err := m.agentCall(ctx, rec, http.MethodGet, "/files/download?path="+url.QueryEscape(p), "", nil, "download "+p)
-	if err != nil {
-		return nil, err
-	}
-	f := &File{Reader: resp.Body, Size: resp.ContentLength, Name: path.Base(p), closer: resp.Body}
-	if f.Size < 0 {
-		resp.Body.Close()
-		return nil, errf(KindInternal, CodeRuntimeError, "download %s: the agent sent no Content-Length", p)
-	}
-	f.ModTime, _ = http.ParseTime(resp.Header.Get("Last-Modified"))
-	return f, nil
 }

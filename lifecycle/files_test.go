@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
@@ -69,9 +70,69 @@ func TestSpool(t *testing.T) {
 	}
 }
 
+// stopSandbox makes a sandbox's container exited, the only state in which
+// files move through the archive API.
+func stopSandbox(t *testing.T, e *testEnv, cid string) {
+	e.rt.Set(t, cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+}
+
+// TestFilesTransport checks which path files take in each state: the agent
+// while the sandbox runs, the archive API only once it is stopped, and
+// neither while it is paused.
+func TestFilesTransport(t *testing.T) {
+	e := newEnv(t, nil)
+	sb, cid := e.create(t, validRequest())
+	ctx := context.Background()
+
+	if rt, err := e.m.FilesTransport(ctx, sb.ID); err != nil || rt == nil {
+		t.Fatalf("running: FilesTransport = %v, %v; want the agent", rt, err)
+	}
+	puts := e.rt.Puts()
+	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/f"}, strings.NewReader("x")), KindConflict, CodeNotRunning)
+	wantCode(t, openErr(e.m, sb.ID, "/etc/hostname"), KindConflict, CodeNotRunning)
+	if e.rt.Puts() != puts {
+		t.Error("an archive write reached a running sandbox")
+	}
+
+	if err := e.m.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.m.FilesTransport(ctx, sb.ID)
+	wantCode(t, err, KindConflict, CodeNotRunning)
+	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/f"}, strings.NewReader("x")), KindConflict, CodeNotRunning)
+	if err := e.m.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if rt, err := e.m.FilesTransport(ctx, sb.ID); err != nil || rt == nil {
+		t.Fatalf("resumed: FilesTransport = %v, %v; want the agent", rt, err)
+	}
+
+	stopSandbox(t, e, cid)
+	if rt, err := e.m.FilesTransport(ctx, sb.ID); err != nil || rt != nil {
+		t.Fatalf("stopped: FilesTransport = %v, %v; want the archive API (nil, nil)", rt, err)
+	}
+	// Names mean something only inside the sandbox; numeric ids go into
+	// the tar header.
+	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/f", Owner: ptr("alice")}, strings.NewReader("x")), KindConflict, CodeNotRunning)
+	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/f", Owner: ptr("1000")}, strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	if e.rt.Puts() != puts+1 {
+		t.Errorf("%d archive writes to the stopped sandbox, want 1", e.rt.Puts()-puts)
+	}
+
+	// A read-only root cannot be written through the archive API.
+	req := validRequest()
+	req.Extensions = map[string]string{ExtReadOnlyRootfs: "true"}
+	ro, rocid := e.create(t, req)
+	stopSandbox(t, e, rocid)
+	wantCode(t, e.m.PutFile(ctx, ro.ID, FileMeta{Path: "/f"}, strings.NewReader("x")), KindConflict, CodeNotRunning)
+}
+
 func TestPutFileOpenFile(t *testing.T) {
 	e := newEnv(t, nil)
 	sb, cid := e.create(t, validRequest())
+	stopSandbox(t, e, cid)
 	ctx := context.Background()
 
 	// Upload into a directory that does not exist yet: parents are created.
@@ -163,6 +224,7 @@ func (f *failingReader) Read(b []byte) (int, error) {
 func TestPutFileAnnounced(t *testing.T) {
 	e := newEnv(t, nil)
 	sb, cid := e.create(t, validRequest())
+	stopSandbox(t, e, cid)
 	ctx := context.Background()
 	data := bytes.Repeat([]byte("0123456789abcdef"), (3<<20)/16)
 	size := int64(len(data))

@@ -3,16 +3,10 @@
 package lifecycle
 
 import (
-	"context"
-	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/config"
-	"github.com/sandboxd/sandboxd/runtime/agent"
 )
 
 func TestParseHardening(t *testing.T) {
@@ -95,48 +89,6 @@ func TestCreateHardeningSpec(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestReadOnlyFilesGoThroughAgent checks that a read-only sandbox's files
-// move through the agent's execd file routes (here the real agent handler
-// on a temp dir), not Docker's archive API which refuses them.
-func TestReadOnlyFilesGoThroughAgent(t *testing.T) {
-	e := newEnv(t, nil)
-	dir := t.TempDir()
-	e.rt.SetAgent(agent.Handler(agent.Options{TempDir: dir, Logger: slog.New(slog.DiscardHandler)}))
-	req := validRequest()
-	req.Extensions = map[string]string{ExtReadOnlyRootfs: "true"}
-	sb, cid := e.create(t, req)
-	ctx := context.Background()
-
-	target := filepath.Join(dir, "sub", "hello.txt")
-	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: target, Mode: 600}, strings.NewReader("hello")); err != nil {
-		t.Fatalf("PutFile: %v", err)
-	}
-	st, err := os.Stat(target)
-	if err != nil {
-		t.Fatalf("the agent did not write the file: %v", err)
-	}
-	if st.Mode().Perm() != 0o600 {
-		t.Errorf("mode %o, want 0600", st.Mode().Perm())
-	}
-	if _, ok := e.rt.File(cid, target); ok {
-		t.Error("the upload went through the archive API")
-	}
-
-	f, err := e.m.OpenFile(ctx, sb.ID, target)
-	if err != nil {
-		t.Fatalf("OpenFile: %v", err)
-	}
-	got, _ := io.ReadAll(f)
-	f.Close()
-	if string(got) != "hello" || f.Size != 5 || f.Name != "hello.txt" || f.ModTime.IsZero() {
-		t.Errorf("OpenFile = %q size %d name %q mtime %v", got, f.Size, f.Name, f.ModTime)
-	}
-
-	wantCode(t, openErr(e.m, sb.ID, filepath.Join(dir, "missing")), KindNotFound, CodeFileNotFound)
-	wantCode(t, openErr(e.m, sb.ID, dir), KindInvalid, "INVALID_REQUEST_BODY") // execd's code, passed on
-	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: filepath.Join(dir, "x"), Mode: 999}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta)
 }
 
 // TestBlankLimitsKeepDefaults: a blank cpu or memory limit is no way to

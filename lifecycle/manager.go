@@ -67,6 +67,10 @@ type Manager struct {
 
 	engineMu    sync.Mutex
 	enginePaths []string // the engine's own host paths, once known
+
+	// paused holds the ids of sandboxes paused through sandboxd: their
+	// agent is frozen, so file transfers are refused instead of hanging.
+	paused sync.Map
 }
 
 // New returns a Manager. The instance id comes from the config or is made
@@ -458,6 +462,7 @@ func (m *Manager) destroy(ctx context.Context, rec *Record, cid string) error {
 	m.mu.Lock()
 	delete(m.activity, rec.ID)
 	m.mu.Unlock()
+	m.paused.Delete(rec.ID)
 	if err := m.store.DeleteSandbox(rec.ID); err != nil && !errors.Is(err, errNoRecord) {
 		return err
 	}
@@ -684,7 +689,9 @@ func (m *Manager) Pause(ctx context.Context, id string) error {
 	if !c.Running || c.Paused {
 		return errf(KindConflict, CodeNotRunning, "Sandbox is not in a running state (it is %s).", status(&c).State)
 	}
+	m.paused.Store(id, true)
 	if err := m.rt.Pause(ctx, rec.ContainerID); err != nil {
+		m.paused.Delete(id)
 		return m.opError(err, CodePauseFailed, "pause sandbox "+id)
 	}
 	return nil
@@ -702,6 +709,7 @@ func (m *Manager) Resume(ctx context.Context, id string) error {
 	if err := m.rt.Unpause(ctx, rec.ContainerID); err != nil {
 		return m.opError(err, CodeResumeFailed, "resume sandbox "+id)
 	}
+	m.paused.Delete(id)
 	m.Touch(id)
 	return nil
 }

@@ -1,5 +1,5 @@
 // Files through the official TypeScript SDK: uploads and downloads (served by
-// sandboxd through Docker's archive API), and the agent's info, permissions,
+// the sandbox's agent), and the agent's info, permissions,
 // search, replace, move, delete and directory routes. One code-interpreter
 // sandbox serves every test.
 import { test, before, after } from "node:test";

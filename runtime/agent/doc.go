@@ -47,11 +47,13 @@
 //   - DELETE /command with an unknown id answers 404 CONTEXT_NOT_FOUND.
 //   - Downloading a directory or another non-regular file answers 400
 //     instead of failing halfway through the body.
-//   - Uploads are streamed to disk; new files get mode 0644 unless the
-//     metadata says otherwise, and ownership changes only when asked for.
+//   - Uploads are streamed into a temp file next to the target and renamed
+//     over it (not fsynced): a reader never sees half a file, and a symlink
+//     at the target is replaced, not written through. New files get mode
+//     0644 unless the metadata says otherwise; an existing file keeps its
+//     mode and owner.
 //   - A finished foreground command keeps its status but not its text; the
 //     status of at most 1024 finished commands is kept.
-//   - /code (Jupyter) answers 501 NOT_SUPPORTED. EXECD_ENVS, the access token
-//     (sandboxd authenticates) and the line mode of /files/download
-//     (offset/limit, execd 1.0.19) are not supported.
+//   - /code (Jupyter) answers 501 NOT_SUPPORTED. EXECD_ENVS and the access
+//     token (sandboxd authenticates) are not supported.
 package agent

@@ -165,7 +165,16 @@ func (s *server) applyPermission(p string, perm permission) error {
 			return err
 		}
 	}
-	uid, gid := -1, -1
+	uid, gid := s.owner(p, perm)
+	if uid == -1 && gid == -1 {
+		return nil
+	}
+	return os.Chown(p, uid, gid)
+}
+
+// owner resolves perm's owner and group for p; -1 is "leave it".
+func (s *server) owner(p string, perm permission) (uid, gid int) {
+	uid, gid = -1, -1
 	if perm.Owner != "" {
 		if u, err := user.Lookup(perm.Owner); err == nil {
 			uid, _ = strconv.Atoi(u.Uid)
@@ -184,10 +193,7 @@ func (s *server) applyPermission(p string, perm permission) error {
 			s.log.Warn("unknown group", "group", perm.Group, "path", p)
 		}
 	}
-	if uid == -1 && gid == -1 {
-		return nil
-	}
-	return os.Chown(p, uid, gid)
+	return uid, gid
 }
 
 // filesInfo serves GET /files/info?path=a&path=b: Lstat of each path. Any

@@ -194,7 +194,7 @@ func TestDownload(t *testing.T) {
 	}
 	wantError(t, get("/files/download?path="+url.QueryEscape(filepath.Join(a.dir, "nope")), ""), http.StatusNotFound, codeFileNotFound)
 	wantError(t, get("/files/download", ""), http.StatusBadRequest, codeMissingQuery)
-	wantError(t, get("/files/download?path="+url.QueryEscape(a.dir), ""), http.StatusBadRequest, codeInvalidRequest)
+	wantError(t, get("/files/download?path="+url.QueryEscape(a.dir), ""), http.StatusBadRequest, codeInvalidFile)
 }
 
 func TestContentDisposition(t *testing.T) {

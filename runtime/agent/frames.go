@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"encoding/binary"
 	"io"
 )
@@ -25,11 +26,18 @@ type framedConn struct {
 	io.ReadWriteCloser
 	pending []byte // the header of a data frame, waiting for its body
 	buf     []byte
+	r       *bufio.Reader
 }
 
+// readBuffer is what one read of the connection may fetch: yamux reads
+// through 4 KiB, and each read of the exec stream is a system call.
+const readBuffer = 64 << 10
+
 func framed(conn io.ReadWriteCloser) *framedConn {
-	return &framedConn{ReadWriteCloser: conn, pending: make([]byte, 0, yamuxHeaderSize)}
+	return &framedConn{ReadWriteCloser: conn, pending: make([]byte, 0, yamuxHeaderSize), r: bufio.NewReaderSize(conn, readBuffer)}
 }
+
+func (c *framedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 func (c *framedConn) Write(p []byte) (int, error) {
 	if len(c.pending) > 0 {

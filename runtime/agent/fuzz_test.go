@@ -24,7 +24,7 @@ func FuzzUploadMeta(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		meta, herr := readUploadMeta(strings.NewReader(string(b)))
 		if herr != nil {
-			if herr.status != http.StatusBadRequest || herr.code != codeInvalidFileMetadata || herr.message == "" {
+			if herr.Status != http.StatusBadRequest || herr.Code != codeInvalidFileMetadata || herr.Message == "" {
 				t.Fatalf("readUploadMeta(%q) refused with %+v, want a 400 %s", b, herr, codeInvalidFileMetadata)
 			}
 			return

@@ -3,161 +3,293 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 )
 
 const maxUploadMetadata = 1 << 20
 
-// httpError is an error answer decided deep inside a handler.
-type httpError struct {
-	status        int
-	code, message string
+// UploadError is an upload refused or failed: the status and execd error
+// code to answer with.
+type UploadError struct {
+	Status        int
+	Code, Message string
 }
 
-type uploadMeta struct {
+func (e *UploadError) Error() string { return e.Message }
+
+// UploadMeta is the metadata part of one uploaded file.
+type UploadMeta struct {
 	Path string `json:"path"`
 	permission
 }
 
-// upload serves POST /files/upload: multipart/form-data whose "metadata"
-// and "file" parts are both file parts (they carry a filename), paired by
-// index. Parts are streamed to disk as they arrive; a file part that comes
-// before its metadata is spooled until the metadata arrives.
+// upload serves POST /files/upload, writing each file as it arrives.
 func (s *server) upload(w http.ResponseWriter, r *http.Request) {
-	if herr := s.receiveUpload(r); herr != nil {
-		writeError(w, herr.status, herr.code, herr.message)
+	err := ReadUpload(r, s.opts.TempDir, func(meta UploadMeta, _ int, content io.Reader) error {
+		if uerr := s.writeUpload(meta, content); uerr != nil {
+			return uerr
+		}
+		return nil
+	})
+	var uerr *UploadError
+	switch {
+	case errors.As(err, &uerr):
+		writeError(w, uerr.Status, uerr.Code, uerr.Message)
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, codeRuntimeError, err.Error())
 	}
 }
 
-func (s *server) receiveUpload(r *http.Request) *httpError {
+// ReadUpload reads execd's upload form, multipart/form-data whose
+// "metadata" and "file" parts are both file parts (they carry a filename),
+// paired by index, and hands each file to put as it arrives: its metadata,
+// the index of its file part among all the parts of the body, and its
+// content. A file part that comes before its metadata is spooled in
+// tempDir until the metadata arrives. A malformed form is an
+// *UploadError; put's errors are returned as they are. It is the one
+// parser of uploads: the agent's, and sandboxd's for a stopped sandbox.
+func ReadUpload(r *http.Request, tempDir string, put func(meta UploadMeta, part int, content io.Reader) error) error {
 	mr, err := r.MultipartReader()
 	if err != nil {
-		return &httpError{http.StatusBadRequest, codeInvalidFile, "multipart form is empty: " + err.Error()}
+		return &UploadError{http.StatusBadRequest, codeInvalidFile, "multipart form is empty: " + err.Error()}
 	}
-	buf := make([]byte, 256<<10)
-	var metas []uploadMeta
-	spooled := map[int]*spool{}
+	type early struct {
+		sp   *spool
+		part int
+	}
+	var metas []UploadMeta
+	spooled := map[int]early{}
 	defer func() {
-		for _, sp := range spooled {
-			sp.release()
+		for _, e := range spooled {
+			e.sp.release()
 		}
 	}()
 	files := 0
-	for {
-		part, err := mr.NextPart()
+	for part := 0; ; part++ {
+		p, err := mr.NextPart()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return &httpError{http.StatusBadRequest, codeInvalidFile, "error reading multipart form: " + err.Error()}
+			return &UploadError{http.StatusBadRequest, codeInvalidFile, "error reading multipart form: " + err.Error()}
 		}
-		if part.FileName() == "" {
+		if p.FileName() == "" {
 			continue // like execd, only file parts count
 		}
-		switch part.FormName() {
+		switch p.FormName() {
 		case "metadata":
-			meta, herr := readUploadMeta(part)
-			if herr != nil {
-				return herr
+			meta, uerr := readUploadMeta(p)
+			if uerr != nil {
+				return uerr
 			}
 			metas = append(metas, meta)
-			if sp := spooled[len(metas)-1]; sp != nil {
+			if e, ok := spooled[len(metas)-1]; ok {
 				delete(spooled, len(metas)-1)
-				herr := s.writeUpload(meta, sp.reader(), buf)
-				sp.release()
-				if herr != nil {
-					return herr
+				err := put(meta, e.part, e.sp.reader())
+				e.sp.release()
+				if err != nil {
+					return err
 				}
 			}
 		case "file":
 			i := files
 			files++
 			if i < len(metas) {
-				if herr := s.writeUpload(metas[i], part, buf); herr != nil {
-					return herr
+				if err := put(metas[i], part, p); err != nil {
+					return err
 				}
 				continue
 			}
-			sp, err := s.spoolPart(part, buf)
+			sp, err := spoolPart(tempDir, p)
 			if err != nil {
-				return &httpError{http.StatusInternalServerError, codeRuntimeError, "error buffering file part: " + err.Error()}
+				return &UploadError{http.StatusInternalServerError, codeRuntimeError, "error buffering file part: " + err.Error()}
 			}
-			spooled[i] = sp
+			spooled[i] = early{sp, part}
 		}
 	}
 	switch {
 	case len(metas) == 0:
-		return &httpError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata file is missing"}
+		return &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata file is missing"}
 	case files == 0:
-		return &httpError{http.StatusBadRequest, codeInvalidFileContent, "file is missing"}
+		return &UploadError{http.StatusBadRequest, codeInvalidFileContent, "file is missing"}
 	case len(metas) != files:
-		return &httpError{http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("metadata and file count mismatch: %d vs %d", len(metas), files)}
+		return &UploadError{http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("metadata and file count mismatch: %d vs %d", len(metas), files)}
 	}
 	return nil
 }
 
-func readUploadMeta(part io.Reader) (uploadMeta, *httpError) {
-	var meta uploadMeta
+func readUploadMeta(part io.Reader) (UploadMeta, *UploadError) {
+	var meta UploadMeta
 	b, err := io.ReadAll(io.LimitReader(part, maxUploadMetadata+1))
 	switch {
 	case err != nil:
-		return meta, &httpError{http.StatusBadRequest, codeInvalidFileMetadata, "error reading metadata: " + err.Error()}
+		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "error reading metadata: " + err.Error()}
 	case len(b) > maxUploadMetadata:
-		return meta, &httpError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata is too large"}
+		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata is too large"}
 	}
 	if err := json.Unmarshal(b, &meta); err != nil {
-		return meta, &httpError{http.StatusBadRequest, codeInvalidFileMetadata, "invalid metadata format: " + err.Error()}
+		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "invalid metadata format: " + err.Error()}
 	}
 	if meta.Path == "" {
-		return meta, &httpError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata path is empty"}
+		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata path is empty"}
 	}
 	if meta.Mode != 0 {
 		if _, err := parseOctalDigits(meta.Mode); err != nil {
-			return meta, &httpError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
+			return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
 		}
 	}
 	return meta, nil
 }
 
-// writeUpload writes src to meta.Path (truncating, creating parents),
-// syncs it and applies the permission.
-func (s *server) writeUpload(meta uploadMeta, src io.Reader, buf []byte) *httpError {
-	runtimeErr := func(format string, args ...any) *httpError {
-		return &httpError{http.StatusInternalServerError, codeRuntimeError, fmt.Sprintf(format, args...)}
+// writeUpload writes src to meta.Path, creating parents, and replaces the
+// path atomically: the data goes to a temp file in the same directory,
+// which gets its mode and owner, then is renamed over the path (not
+// fsynced: a sync costs more than the rest of a small upload, and Docker's
+// archive API, which this path replaced, never synced either). A
+// reader never sees half a file, and a symlink at the path is replaced,
+// not followed: the new file has the default mode 0644 (not the link's
+// 0777), and the link's target is left alone. An existing regular file
+// keeps its mode and owner unless the metadata sets them.
+func (s *server) writeUpload(meta UploadMeta, src io.Reader) *UploadError {
+	runtimeErr := func(format string, args ...any) *UploadError {
+		return &UploadError{http.StatusInternalServerError, codeRuntimeError, fmt.Sprintf(format, args...)}
 	}
 	p, err := absPath(meta.Path)
 	if err != nil {
-		return &httpError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
+		return &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	dir := filepath.Dir(p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return runtimeErr("error creating target directory: %v", err)
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	mode, uid, gid := fs.FileMode(0o644), -1, -1
+	if fi, err := os.Lstat(p); err == nil {
+		switch {
+		case fi.IsDir():
+			return &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, p + " is a directory"}
+		case fi.Mode().IsRegular():
+			mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				uid, gid = int(st.Uid), int(st.Gid)
+			}
+		}
+	}
+	if meta.Mode != 0 {
+		mode, _ = parseOctalDigits(meta.Mode) // checked by readUploadMeta
+	}
+	if u, g := s.owner(p, meta.permission); u != -1 || g != -1 {
+		uid, gid = u, g
+	}
+	tmp, err := os.CreateTemp(dir, ".sandboxd-upload-*")
 	if err != nil {
 		return runtimeErr("error opening destination file %s: %v", p, err)
 	}
-	if _, err := io.CopyBuffer(f, src, buf); err != nil {
-		f.Close()
+	done := false
+	defer func() {
+		tmp.Close()
+		if !done {
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := copyFilled(tmp, src); err != nil {
 		return runtimeErr("error writing file %s: %v", p, err)
 	}
-	if err := f.Sync(); err != nil {
-		s.log.Warn("upload fsync failed", "path", p, "err", err)
+	// Owner first: a chown clears setuid and setgid bits.
+	if uid != -1 || gid != -1 {
+		if err := tmp.Chown(uid, gid); err != nil && (meta.Owner != "" || meta.Group != "") {
+			return runtimeErr("error setting permissions of %s: %v", p, err)
+		}
 	}
-	if err := f.Close(); err != nil {
-		return runtimeErr("error writing file %s: %v", p, err)
-	}
-	if err := s.applyPermission(p, meta.permission); err != nil {
+	if err := tmp.Chmod(mode); err != nil {
 		return runtimeErr("error setting permissions of %s: %v", p, err)
 	}
+	if err := tmp.Close(); err != nil {
+		return runtimeErr("error writing file %s: %v", p, err)
+	}
+	err = os.Rename(tmp.Name(), p)
+	if errors.Is(err, syscall.EBUSY) {
+		// p is a mount point (Docker's /etc/hosts, a bind-mounted file):
+		// it can only be written in place.
+		err = overwrite(p, tmp.Name())
+	} else {
+		done = err == nil
+	}
+	if err != nil {
+		return runtimeErr("error writing file %s: %v", p, err)
+	}
 	return nil
+}
+
+// overwrite copies the finished temp file into p in place, without
+// following a symlink at p.
+func overwrite(p, tmp string) error {
+	src, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := copyFilled(f, src); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// transferBuffer is the unit in which uploads are written: a multipart
+// part yields at most 4 KiB per read, and each read written as it comes
+// would cost a system call per 4 KiB.
+const transferBuffer = 256 << 10
+
+var transferBuffers = sync.Pool{New: func() any { b := make([]byte, transferBuffer); return &b }}
+
+// copyFilled copies src to dst in writes of a whole buffer (a pooled one,
+// so memory per transfer is bounded and reused).
+func copyFilled(dst io.Writer, src io.Reader) (int64, error) {
+	bp := transferBuffers.Get().(*[]byte)
+	defer transferBuffers.Put(bp)
+	buf := *bp
+	var total int64
+	for {
+		// Not io.ReadFull: it reports a short last read as
+		// io.ErrUnexpectedEOF, which is also what a multipart part says
+		// when the client went away mid-file.
+		n, err := 0, error(nil)
+		for n < len(buf) && err == nil {
+			var m int
+			m, err = src.Read(buf[n:])
+			n += m
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+		}
+		switch {
+		case err == io.EOF:
+			return total, nil
+		case err != nil:
+			return total, err
+		}
+	}
 }
 
 // spool holds a file part until its metadata arrives: in a temp file, or
@@ -167,17 +299,17 @@ type spool struct {
 	mem  *bytes.Buffer
 }
 
-func (s *server) spoolPart(part io.Reader, buf []byte) (*spool, error) {
-	f, err := os.CreateTemp(s.opts.TempDir, "sandboxd-upload-*")
+func spoolPart(tempDir string, part io.Reader) (*spool, error) {
+	f, err := os.CreateTemp(tempDir, "sandboxd-upload-*")
 	if err != nil {
 		var mem bytes.Buffer
-		if _, err := io.CopyBuffer(&mem, part, buf); err != nil {
+		if _, err := io.Copy(&mem, part); err != nil {
 			return nil, err
 		}
 		return &spool{mem: &mem}, nil
 	}
 	os.Remove(f.Name()) // the open file is enough
-	if _, err := io.CopyBuffer(f, part, buf); err != nil {
+	if _, err := copyFilled(f, part); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -201,18 +333,26 @@ func (sp *spool) release() {
 	}
 }
 
-// download serves GET /files/download?path=: the file's bytes, with Range
-// support. A directory or other non-regular file is refused up front rather
-// than failing halfway through the body.
+// download serves GET /files/download?path=: the file's bytes, with the
+// first range of a Range header served by seeking, or with offset and limit
+// the selected lines (execd 1.0.19's line mode). A directory or other
+// non-regular file is refused up front rather than failing halfway through
+// the body.
 func (s *server) download(w http.ResponseWriter, r *http.Request) {
-	p := r.URL.Query().Get("path")
+	q := r.URL.Query()
+	p := q.Get("path")
 	if p == "" {
 		writeError(w, http.StatusBadRequest, codeMissingQuery, "missing query parameter 'path'")
 		return
 	}
+	lineMode := q.Get("offset") != "" || q.Get("limit") != ""
+	if lineMode && r.Header.Get("Range") != "" {
+		writeError(w, http.StatusBadRequest, codeInvalidRequest, "line-based reading (offset/limit) and byte range (Range header) are mutually exclusive")
+		return
+	}
 	abs, err := absPath(p)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
+		writeError(w, http.StatusBadRequest, codeInvalidFile, err.Error())
 		return
 	}
 	// Stat before opening: opening a FIFO would block.
@@ -222,7 +362,7 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 		if fi.IsDir() {
 			kind = "a directory"
 		}
-		writeError(w, http.StatusBadRequest, codeInvalidRequest, fmt.Sprintf("path is %s: %s", kind, p))
+		writeError(w, http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("path is %s: %s", kind, p))
 		return
 	}
 	var f *os.File
@@ -239,12 +379,169 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !fi.Mode().IsRegular() {
-		writeError(w, http.StatusBadRequest, codeInvalidRequest, "path is not a regular file: "+p)
+		writeError(w, http.StatusBadRequest, codeInvalidFile, "path is not a regular file: "+p)
 		return
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", contentDisposition(filepath.Base(abs)))
-	http.ServeContent(w, r, "", fi.ModTime(), f)
+	if lineMode {
+		serveLines(w, r, f)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", contentDisposition(filepath.Base(abs)))
+	h.Set("Accept-Ranges", "bytes")
+	h.Set("Last-Modified", fi.ModTime().UTC().Format(http.TimeFormat))
+	size := fi.Size()
+	start, length, partial, ok := parseRange(r.Header.Get("Range"), size)
+	if !ok {
+		h.Set("Content-Range", fmt.Sprintf("bytes */%d", size))
+		writeError(w, http.StatusRequestedRangeNotSatisfiable, codeInvalidFile, "requested range not satisfiable")
+		return
+	}
+	status := http.StatusOK
+	if partial {
+		if _, err := f.Seek(start, io.SeekStart); err != nil {
+			fileError(w, err)
+			return
+		}
+		status = http.StatusPartialContent
+		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, start+length-1, size))
+	}
+	h.Set("Content-Length", strconv.FormatInt(length, 10))
+	w.WriteHeader(status)
+	if r.Method != http.MethodHead {
+		// The file may change meanwhile: never send more than announced.
+		// Whole buffers make fewer, larger frames on the way out.
+		bp := transferBuffers.Get().(*[]byte)
+		_, _ = io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(f, length), *bp)
+		transferBuffers.Put(bp)
+	}
+}
+
+// parseRange interprets the first range of a Range header against size.
+// It returns partial=false for no (or an ignorable) header, ok=false when
+// the range cannot be satisfied.
+func parseRange(h string, size int64) (start, length int64, partial, ok bool) {
+	spec, found := strings.CutPrefix(h, "bytes=")
+	if h == "" || !found {
+		return 0, size, false, true
+	}
+	spec, _, _ = strings.Cut(spec, ",")
+	a, b, found := strings.Cut(strings.TrimSpace(spec), "-")
+	if !found {
+		return 0, 0, false, false
+	}
+	switch {
+	case a == "": // suffix: the last b bytes
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || n <= 0 || size == 0 {
+			return 0, 0, false, false
+		}
+		n = min(n, size)
+		return size - n, n, true, true
+	default:
+		first, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || first < 0 || first >= size {
+			return 0, 0, false, false
+		}
+		last := size - 1
+		if b != "" {
+			l, err := strconv.ParseInt(b, 10, 64)
+			if err != nil || l < first {
+				return 0, 0, false, false
+			}
+			last = min(l, size-1)
+		}
+		return first, last - first + 1, true, true
+	}
+}
+
+// serveLines answers line mode: lines offset (1-based, default 1) to
+// offset+limit-1 (default: to the end), each without its trailing run of
+// \r and \n, joined with \n, with no newline at the end. The parameters
+// are checked only once the file is open, as execd does.
+func serveLines(w http.ResponseWriter, r *http.Request, f io.Reader) {
+	q := r.URL.Query()
+	param := func(name string) (int64, bool) {
+		v := q.Get(name)
+		if v == "" {
+			return 0, true
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, codeInvalidRequest, fmt.Sprintf("invalid query parameter '%s': %s", name, v))
+			return 0, false
+		}
+		return n, true
+	}
+	offset, ok := param("offset")
+	if !ok {
+		return
+	}
+	limit, ok := param("limit")
+	if !ok {
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_ = writeLines(w, f, max(offset, 1), limit)
+	}
+}
+
+// writeLines writes the selected lines of src to w (limit 0: all), reading
+// a line at a time through a fixed buffer, so a long line costs no memory.
+func writeLines(w io.Writer, src io.Reader, offset, limit int64) error {
+	br := bufio.NewReaderSize(src, 64<<10)
+	line := int64(1)
+	inLine := false // the current line continues past the buffer
+	heldCR := 0     // \r at the end of a piece: dropped if the line ends there
+	for limit == 0 || line < offset+limit {
+		piece, err := br.ReadSlice('\n')
+		more := errors.Is(err, bufio.ErrBufferFull)
+		if err != nil && !more && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if len(piece) == 0 && !inLine {
+			return nil // the end of the file, after a whole line
+		}
+		if line >= offset {
+			if !inLine && line > offset {
+				if _, werr := w.Write([]byte{'\n'}); werr != nil {
+					return werr
+				}
+			}
+			cut := "\r\n"
+			if more {
+				cut = "\r"
+			}
+			text := bytes.TrimRight(piece, cut)
+			if len(text) > 0 {
+				if heldCR > 0 {
+					if _, werr := w.Write(bytes.Repeat([]byte{'\r'}, heldCR)); werr != nil {
+						return werr
+					}
+				}
+				if _, werr := w.Write(text); werr != nil {
+					return werr
+				}
+				heldCR = 0
+			}
+			if more {
+				heldCR += len(piece) - len(text)
+			} else {
+				heldCR = 0
+			}
+		}
+		inLine = more
+		if !more {
+			line++
+		}
+		if err != nil && !more {
+			return nil
+		}
+	}
+	return nil
 }
 
 // contentDisposition names the download, with RFC 5987 encoding for
