@@ -26,19 +26,6 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// execd error codes (reference §2.1).
-const (
-	codeInvalidRequest      = "INVALID_REQUEST_BODY"
-	codeMissingQuery        = "MISSING_QUERY"
-	codeRuntimeError        = "RUNTIME_ERROR"
-	codeInvalidFile         = "INVALID_FILE"
-	codeInvalidFileContent  = "INVALID_FILE_CONTENT"
-	codeInvalidFileMetadata = "INVALID_FILE_METADATA"
-	codeFileNotFound        = "FILE_NOT_FOUND"
-	codeContextNotFound     = "CONTEXT_NOT_FOUND"
-	codeNotSupported        = "NOT_SUPPORTED"
-)
-
 // maxJSONBody bounds JSON request bodies. Commands carry whole files in
 // heredocs, so this is generous.
 const maxJSONBody = 64 << 20

@@ -30,14 +30,6 @@ type fileInfo struct {
 	Mode       int       `json:"mode"` // permission bits as octal digits: 0644 → 644
 }
 
-// permission is execd's Permission: mode as octal digits (755 → 0755, 0
-// leaves the mode alone), owner and group as names or numeric ids.
-type permission struct {
-	Owner string `json:"owner"`
-	Group string `json:"group"`
-	Mode  int    `json:"mode"`
-}
-
 // idNames resolves and caches owner and group names for one request.
 type idNames struct {
 	users, groups map[uint32]string
@@ -113,26 +105,6 @@ func fileType(m fs.FileMode) string {
 func octalDigits(m fs.FileMode) int {
 	n, _ := strconv.Atoi(strconv.FormatUint(uint64(m), 8))
 	return n
-}
-
-// parseOctalDigits is the inverse of octalDigits: 755 → 0755.
-func parseOctalDigits(n int) (fs.FileMode, error) {
-	m, err := strconv.ParseUint(strconv.Itoa(n), 8, 32)
-	if err != nil || m > 0o7777 {
-		return 0, fmt.Errorf("invalid mode %d: want octal digits such as 644", n)
-	}
-	// Go's FileMode keeps setuid, setgid and sticky outside the low bits.
-	mode := fs.FileMode(m & 0o777)
-	if m&0o4000 != 0 {
-		mode |= fs.ModeSetuid
-	}
-	if m&0o2000 != 0 {
-		mode |= fs.ModeSetgid
-	}
-	if m&0o1000 != 0 {
-		mode |= fs.ModeSticky
-	}
-	return mode, nil
 }
 
 // absPath expands ~ and $VAR in p and makes it absolute.

@@ -5,7 +5,6 @@ package agent
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,26 +15,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 )
-
-const maxUploadMetadata = 1 << 20
-
-// UploadError is an upload refused or failed: the status and execd error
-// code to answer with.
-type UploadError struct {
-	Status        int
-	Code, Message string
-}
-
-func (e *UploadError) Error() string { return e.Message }
-
-// UploadMeta is the metadata part of one uploaded file.
-type UploadMeta struct {
-	Path string `json:"path"`
-	permission
-}
 
 // upload serves POST /files/upload, writing each file as it arrives.
 func (s *server) upload(w http.ResponseWriter, r *http.Request) {
@@ -52,107 +33,6 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeError(w, http.StatusInternalServerError, codeRuntimeError, err.Error())
 	}
-}
-
-// ReadUpload reads execd's upload form, multipart/form-data whose
-// "metadata" and "file" parts are both file parts (they carry a filename),
-// paired by index, and hands each file to put as it arrives: its metadata,
-// the index of its file part among all the parts of the body, and its
-// content. A file part that comes before its metadata is spooled in
-// tempDir until the metadata arrives. A malformed form is an
-// *UploadError; put's errors are returned as they are. It is the one
-// parser of uploads: the agent's, and sandboxd's for a stopped sandbox.
-func ReadUpload(r *http.Request, tempDir string, put func(meta UploadMeta, part int, content io.Reader) error) error {
-	mr, err := r.MultipartReader()
-	if err != nil {
-		return &UploadError{http.StatusBadRequest, codeInvalidFile, "multipart form is empty: " + err.Error()}
-	}
-	type early struct {
-		sp   *spool
-		part int
-	}
-	var metas []UploadMeta
-	spooled := map[int]early{}
-	defer func() {
-		for _, e := range spooled {
-			e.sp.release()
-		}
-	}()
-	files := 0
-	for part := 0; ; part++ {
-		p, err := mr.NextPart()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return &UploadError{http.StatusBadRequest, codeInvalidFile, "error reading multipart form: " + err.Error()}
-		}
-		if p.FileName() == "" {
-			continue // like execd, only file parts count
-		}
-		switch p.FormName() {
-		case "metadata":
-			meta, uerr := readUploadMeta(p)
-			if uerr != nil {
-				return uerr
-			}
-			metas = append(metas, meta)
-			if e, ok := spooled[len(metas)-1]; ok {
-				delete(spooled, len(metas)-1)
-				err := put(meta, e.part, e.sp.reader())
-				e.sp.release()
-				if err != nil {
-					return err
-				}
-			}
-		case "file":
-			i := files
-			files++
-			if i < len(metas) {
-				if err := put(metas[i], part, p); err != nil {
-					return err
-				}
-				continue
-			}
-			sp, err := spoolPart(tempDir, p)
-			if err != nil {
-				return &UploadError{http.StatusInternalServerError, codeRuntimeError, "error buffering file part: " + err.Error()}
-			}
-			spooled[i] = early{sp, part}
-		}
-	}
-	switch {
-	case len(metas) == 0:
-		return &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata file is missing"}
-	case files == 0:
-		return &UploadError{http.StatusBadRequest, codeInvalidFileContent, "file is missing"}
-	case len(metas) != files:
-		return &UploadError{http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("metadata and file count mismatch: %d vs %d", len(metas), files)}
-	}
-	return nil
-}
-
-func readUploadMeta(part io.Reader) (UploadMeta, *UploadError) {
-	var meta UploadMeta
-	b, err := io.ReadAll(io.LimitReader(part, maxUploadMetadata+1))
-	switch {
-	case err != nil:
-		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "error reading metadata: " + err.Error()}
-	case len(b) > maxUploadMetadata:
-		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata is too large"}
-	}
-	if err := json.Unmarshal(b, &meta); err != nil {
-		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "invalid metadata format: " + err.Error()}
-	}
-	if meta.Path == "" {
-		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata path is empty"}
-	}
-	if meta.Mode != 0 {
-		if _, err := parseOctalDigits(meta.Mode); err != nil {
-			return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
-		}
-	}
-	return meta, nil
 }
 
 // writeUpload writes src to meta.Path, creating parents, and replaces the
@@ -251,86 +131,6 @@ func overwrite(p, tmp string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// transferBuffer is the unit in which uploads are written: a multipart
-// part yields at most 4 KiB per read, and each read written as it comes
-// would cost a system call per 4 KiB.
-const transferBuffer = 256 << 10
-
-var transferBuffers = sync.Pool{New: func() any { b := make([]byte, transferBuffer); return &b }}
-
-// copyFilled copies src to dst in writes of a whole buffer (a pooled one,
-// so memory per transfer is bounded and reused).
-func copyFilled(dst io.Writer, src io.Reader) (int64, error) {
-	bp := transferBuffers.Get().(*[]byte)
-	defer transferBuffers.Put(bp)
-	buf := *bp
-	var total int64
-	for {
-		// Not io.ReadFull: it reports a short last read as
-		// io.ErrUnexpectedEOF, which is also what a multipart part says
-		// when the client went away mid-file.
-		n, err := 0, error(nil)
-		for n < len(buf) && err == nil {
-			var m int
-			m, err = src.Read(buf[n:])
-			n += m
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return total, werr
-			}
-			total += int64(n)
-		}
-		switch {
-		case err == io.EOF:
-			return total, nil
-		case err != nil:
-			return total, err
-		}
-	}
-}
-
-// spool holds a file part until its metadata arrives: in a temp file, or
-// in memory if no temp file can be made.
-type spool struct {
-	file *os.File
-	mem  *bytes.Buffer
-}
-
-func spoolPart(tempDir string, part io.Reader) (*spool, error) {
-	f, err := os.CreateTemp(tempDir, "sandboxd-upload-*")
-	if err != nil {
-		var mem bytes.Buffer
-		if _, err := io.Copy(&mem, part); err != nil {
-			return nil, err
-		}
-		return &spool{mem: &mem}, nil
-	}
-	os.Remove(f.Name()) // the open file is enough
-	if _, err := copyFilled(f, part); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &spool{file: f}, nil
-}
-
-func (sp *spool) reader() io.Reader {
-	if sp.file != nil {
-		return sp.file
-	}
-	return sp.mem
-}
-
-func (sp *spool) release() {
-	if sp.file != nil {
-		sp.file.Close()
-	}
 }
 
 // download serves GET /files/download?path=: the file's bytes, with the
