@@ -159,6 +159,7 @@ func (m *Manager) busy(ctx context.Context, rec *Record) bool {
 func (m *Manager) Sweep(ctx context.Context) {
 	m.metrics.ReaperRuns.Add(1)
 	m.persistActivity()
+	m.repairStuck(ctx)
 	recs, err := m.store.Sandboxes()
 	if err != nil {
 		m.log.Error("reaper: read records", "err", err)
@@ -198,6 +199,33 @@ func (m *Manager) Sweep(ctx context.Context) {
 			m.metrics.ReapedExpired.Add(1)
 		}
 		m.log.Info("sandbox reaped", "sandbox_id", rec.ID, "reason", reason)
+	}
+}
+
+// repairStuck frees the paused sandboxes that the engine is stuck on, so
+// that they can be resumed and removed again instead of leaking. Only a
+// pause from elsewhere (another client, or a sandboxd before a restart) can
+// leave one: this one never pauses while starting a process in a sandbox.
+func (m *Manager) repairStuck(ctx context.Context) {
+	rp, ok := m.rt.(runtime.Repairer)
+	if !ok {
+		return
+	}
+	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
+	if err != nil {
+		return // the sweep's own calls report an engine that is down
+	}
+	for _, c := range conts {
+		if !c.Paused {
+			continue
+		}
+		fixed, err := rp.Repair(ctx, c.ID)
+		switch {
+		case err != nil:
+			m.log.Error("reaper: repair paused sandbox stuck in a process start", "sandbox_id", c.Labels[LabelID], "container", c.ID, "err", err)
+		case fixed:
+			m.log.Warn("reaper: repaired paused sandbox stuck in a process start", "sandbox_id", c.Labels[LabelID], "container", c.ID)
+		}
 	}
 }
 

@@ -459,8 +459,11 @@ func (m *Manager) fileError(err error, p string) error {
 	if errors.Is(err, runtime.ErrNotFound) {
 		return errf(KindNotFound, CodeFileNotFound, "file not found: %s", p)
 	}
-	if errors.Is(err, runtime.ErrUnavailable) {
-		return m.engineError(err, "file transfer")
+	if errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, runtime.ErrContainerTimeout) {
+		return m.engineError(err, "file transfer "+p)
+	}
+	if errors.Is(err, runtime.ErrConflict) {
+		return &Error{Kind: KindConflict, Code: CodeNotRunning, Message: "file transfer " + p + ": the sandbox is paused; resume it first", Err: err}
 	}
 	return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: fmt.Sprintf("file transfer %s: %v", p, err), Err: err}
 }

@@ -18,7 +18,18 @@ var (
 	ErrNotFound    = errors.New("not found")
 	ErrConflict    = errors.New("conflict")
 	ErrUnavailable = errors.New("container engine unavailable")
+	// ErrContainerTimeout: the engine answers, but a call about one
+	// container did not finish in time (the engine is stuck on it).
+	ErrContainerTimeout = errors.New("container engine call timed out")
 )
+
+// Repairer is implemented by runtimes that can free a container the engine
+// is stuck on (a Docker container frozen while runc started a process in
+// it). Repair reports whether the container needed it; it is cheap when
+// not, so callers may try it on every paused sandbox.
+type Repairer interface {
+	Repair(ctx context.Context, id string) (bool, error)
+}
 
 // Runtime creates and drives sandbox containers.
 type Runtime interface {

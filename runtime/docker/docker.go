@@ -59,6 +59,8 @@ type Docker struct {
 	pinMu      sync.Mutex
 	pinDecided bool
 	pinErr     error // why mounts cannot be pinned; nil if they can
+	gates   gates // orders calls into a container with its pause
+	freezer *freezer
 }
 
 var _ runtime.Runtime = (*Docker)(nil)
@@ -87,6 +89,7 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		log:      opts.Logger,
 		sessions: map[string]*agentSession{},
 		mountDir: opts.MountDir,
+		freezer:  newFreezer(),
 	}
 	if d.agents, err = newAgentSet(opts.AgentBinaries, opts.EmbeddedAgents, opts.Logger); err != nil {
 		return nil, err
@@ -98,6 +101,28 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 // call bounds a non-streaming Engine API call by the configured timeout.
 func (d *Docker) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d.timeout)
+}
+
+// containerTimeout bounds each call about one container that can hang on
+// that container alone (inspect, pause, unpause, exec set-up, stat), well
+// below [docker] api_timeout, so that one stuck container is reported as
+// such quickly and holds nothing up meanwhile.
+const containerTimeout = 30 * time.Second
+
+// short bounds a call about one container by containerTimeout (or the API
+// timeout if that is shorter).
+func (d *Docker) short(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, min(d.timeout, containerTimeout))
+}
+
+// wrapContainer is wrap for a call about container id bounded by short: if
+// the call ran out of time while the engine still answers pings, the engine
+// is stuck on this container (runtime.ErrContainerTimeout), not down.
+func (d *Docker) wrapContainer(ctx context.Context, err error, id, format string, args ...any) error {
+	if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || d.Ping(ctx) != nil {
+		return wrap(err, format, args...)
+	}
+	return fmt.Errorf("%s: %w: the engine answers pings but not about container %s within %s", fmt.Sprintf(format, args...), runtime.ErrContainerTimeout, id, min(d.timeout, containerTimeout))
 }
 
 // wrap maps Docker client errors onto the runtime's sentinel errors.
@@ -300,11 +325,11 @@ func (d *Docker) Start(ctx context.Context, id string) error {
 
 // Inspect implements runtime.Runtime.
 func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, error) {
-	ctx, cancel := d.call(ctx)
+	cctx, cancel := d.short(ctx)
 	defer cancel()
-	info, err := d.cli.ContainerInspect(ctx, id)
+	info, err := d.cli.ContainerInspect(cctx, id)
 	if err != nil {
-		return runtime.Container{}, wrap(err, "inspect container %s", id)
+		return runtime.Container{}, d.wrapContainer(ctx, err, id, "inspect container %s", id)
 	}
 	c := runtime.Container{
 		ID:   info.ID,
@@ -377,6 +402,11 @@ const (
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	d.dropSession(id)
 	release := d.releasePins(ctx, id)
+	defer d.gates.forget(id)
+	// dockerd cannot even kill a container stuck in a process start.
+	if _, err := d.freezer.thaw(id); err != nil && !errors.Is(err, errNotStuck) {
+		d.log.Warn("thaw stuck container before removal", "container", id, "err", err)
+	}
 	var err error
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := d.call(ctx)
@@ -398,24 +428,65 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 	}
 }
 
-// Pause implements runtime.Runtime.
+// Pause implements runtime.Runtime. It waits for the calls being set up
+// in the container to finish first (see gates).
 func (d *Docker) Pause(ctx context.Context, id string) error {
-	ctx, cancel := d.call(ctx)
+	cctx, cancel := d.short(ctx)
 	defer cancel()
-	return wrap(d.cli.ContainerPause(ctx, id), "pause container %s", id)
+	done, err := d.gates.freeze(cctx, id)
+	if err != nil {
+		return d.wrapContainer(ctx, err, id, "pause container %s: wait for a process start in it", id)
+	}
+	err = d.cli.ContainerPause(cctx, id)
+	done(err == nil)
+	return d.wrapContainer(ctx, err, id, "pause container %s", id)
 }
 
 // Unpause implements runtime.Runtime.
 func (d *Docker) Unpause(ctx context.Context, id string) error {
-	ctx, cancel := d.call(ctx)
+	cctx, cancel := d.short(ctx)
 	defer cancel()
-	return wrap(d.cli.ContainerUnpause(ctx, id), "unpause container %s", id)
+	err := d.cli.ContainerUnpause(cctx, id)
+	if err == nil {
+		d.gates.thawed(id)
+	}
+	return d.wrapContainer(ctx, err, id, "unpause container %s", id)
 }
 
-// Commit implements runtime.Runtime.
+// Commit implements runtime.Runtime. Docker pauses the container while it
+// commits, so the commit is ordered with calls into it like a pause.
 func (d *Docker) Commit(ctx context.Context, id, ref string) error {
-	_, err := d.cli.ContainerCommit(ctx, id, container.CommitOptions{Reference: ref, Pause: true})
+	wctx, cancel := d.short(ctx)
+	done, err := d.gates.freeze(wctx, id)
+	cancel()
+	if err != nil {
+		return d.wrapContainer(ctx, err, id, "commit container %s: wait for a process start in it", id)
+	}
+	defer done(false)
+	_, err = d.cli.ContainerCommit(ctx, id, container.CommitOptions{Reference: ref, Pause: true})
 	return wrap(err, "commit container %s", id)
+}
+
+// Repair implements runtime.Repairer: a container frozen while runc was
+// starting a process in it (paused by another client, or by a sandboxd
+// before this one) is thawed so that the start finishes, then frozen again
+// if the engine still records it as paused.
+func (d *Docker) Repair(ctx context.Context, id string) (bool, error) {
+	c, err := d.freezer.thaw(id)
+	if errors.Is(err, errNotStuck) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	info, err := d.Inspect(ctx, id)
+	if err != nil {
+		return true, err
+	}
+	if info.Paused {
+		return true, d.freezer.refreeze(c)
+	}
+	return true, nil
 }
 
 // RemoveImage implements runtime.Runtime.
@@ -449,29 +520,69 @@ func (d *Docker) Logs(ctx context.Context, id string, tail int, since time.Time)
 	return pr, nil
 }
 
-// PutArchive implements runtime.Runtime.
+// PutArchive implements runtime.Runtime. It does not start while the
+// container is paused; once started, the copy holds no pause up: dockerd
+// writes from the host side and runs nothing in the container.
 func (d *Docker) PutArchive(ctx context.Context, id, dir string, tar io.Reader) error {
+	release, err := d.gates.enter(ctx, id)
+	if err != nil {
+		return err
+	}
+	release()
 	// CopyUIDGID: files belong to the container's user, as if it wrote them.
-	err := d.cli.CopyToContainer(ctx, id, dir, tar, container.CopyToContainerOptions{CopyUIDGID: true})
+	err = d.cli.CopyToContainer(ctx, id, dir, tar, container.CopyToContainerOptions{CopyUIDGID: true})
 	return wrap(err, "copy into container %s:%s", id, dir)
 }
 
-// GetArchive implements runtime.Runtime.
+// GetArchive implements runtime.Runtime. A pause waits for the call to
+// answer, not for the stream to be read.
 func (d *Docker) GetArchive(ctx context.Context, id, path string) (io.ReadCloser, runtime.PathStat, error) {
-	rc, st, err := d.cli.CopyFromContainer(ctx, id, path)
+	release, err := d.gates.enter(ctx, id)
 	if err != nil {
-		return nil, runtime.PathStat{}, wrap(err, "copy from container %s:%s", id, path)
+		return nil, runtime.PathStat{}, err
 	}
-	return rc, pathStat(st), nil
+	defer release()
+	// The deadline covers the answer only: ctx also carries the stream.
+	sctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(min(d.timeout, containerTimeout), cancel)
+	rc, st, err := d.cli.CopyFromContainer(sctx, id, path)
+	if !timer.Stop() {
+		if err == nil {
+			rc.Close()
+		}
+		err = context.DeadlineExceeded
+	}
+	if err != nil {
+		cancel()
+		return nil, runtime.PathStat{}, d.wrapContainer(ctx, err, id, "copy from container %s:%s", id, path)
+	}
+	return cancelCloser{rc, cancel}, pathStat(st), nil
+}
+
+// cancelCloser cancels a stream's context when it is closed.
+type cancelCloser struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelCloser) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
 
 // StatPath implements runtime.Runtime.
 func (d *Docker) StatPath(ctx context.Context, id, path string) (runtime.PathStat, error) {
-	ctx, cancel := d.call(ctx)
-	defer cancel()
-	st, err := d.cli.ContainerStatPath(ctx, id, path)
+	release, err := d.gates.enter(ctx, id)
 	if err != nil {
-		return runtime.PathStat{}, wrap(err, "stat %s in container %s", path, id)
+		return runtime.PathStat{}, err
+	}
+	defer release()
+	cctx, cancel := d.short(ctx)
+	defer cancel()
+	st, err := d.cli.ContainerStatPath(cctx, id, path)
+	if err != nil {
+		return runtime.PathStat{}, d.wrapContainer(ctx, err, id, "stat %s in container %s", path, id)
 	}
 	return pathStat(st), nil
 }
