@@ -153,7 +153,13 @@ func TestPauseStress(t *testing.T) {
 	}
 
 	t.Run("command streaming", func(t *testing.T) { pauseDuringCommand(t, s, ids[0]) })
-	t.Run("download in flight", func(t *testing.T) { pauseDuringDownload(t, s, ids[1]) })
+	readOnly, err := guardedWant(s, http.MethodPost, "/v1/sandboxes", busyboxWith(map[string]any{"extensions": map[string]string{"sandboxd.io/read-only-rootfs": "true"}}), http.StatusAccepted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := decodeJSON[lcSandbox](t, readOnly)
+	ids = append(ids, ro.ID)
+	t.Run("download in flight", func(t *testing.T) { pauseDuringDownload(t, s, ids[1], ro.ID) })
 
 	// Every sandbox runs commands and moves files, then goes.
 	for _, id := range ids {
@@ -280,42 +286,86 @@ func pauseDuringCommand(t *testing.T, s *Server, id string) {
 }
 
 // pauseDuringDownload pauses and resumes a sandbox while a 10 MiB download
-// is half read; the download must complete intact.
-func pauseDuringDownload(t *testing.T, s *Server, id string) {
-	const size = 10 << 20
-	if _, err := guardedCommand(s, id, fmt.Sprintf("head -c %d /dev/urandom > /tmp/big.bin", size)); err != nil {
-		t.Fatal(err)
-	}
-	sum, err := guardedCommand(s, id, "sha256sum /tmp/big.bin | cut -d' ' -f1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), pauseHangGuard)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+proxyPath(id, "/files/download?path=/tmp/big.bin"), nil)
-	req.Header.Set(apiKeyHeader, s.APIKey)
-	resp, err := s.client.Do(req)
-	if err != nil {
-		t.Fatalf("start download: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("download: status %d", resp.StatusCode)
-	}
-	h := sha256.New()
-	if _, err := io.CopyN(h, resp.Body, 1<<20); err != nil {
-		t.Fatalf("read the first MiB: %v", err)
-	}
-	for _, step := range []string{"/pause", "/resume"} {
-		if _, err := guardedWant(s, http.MethodPost, sandboxPath(id, step), nil, http.StatusAccepted); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n, err := io.Copy(h, resp.Body)
-	if err != nil {
-		t.Fatalf("read the rest of the download: %v", err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); n+1<<20 != size || got != sum {
-		t.Errorf("download across pause/resume: %d bytes, sha256 %s; want %d bytes, %s", n+1<<20, got, size, sum)
+// is in flight. A download through the archive API (dockerd holds the
+// container while it streams) read steadily completes before the pause goes
+// ahead; one stalled is cut short, so that the pause still answers. A
+// download through the agent (read-only root) stalls while paused and
+// completes after the resume.
+func pauseDuringDownload(t *testing.T, s *Server, id, readOnlyID string) {
+	for _, tc := range []struct {
+		name    string
+		id      string
+		stalled bool // the client stops reading until the resume answers
+		intact  bool
+	}{
+		{"archive, read steadily", id, false, true},
+		{"archive, stalled", id, true, false},
+		{"agent, stalled", readOnlyID, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const size = 10 << 20
+			if _, err := guardedCommand(s, tc.id, fmt.Sprintf("head -c %d /dev/urandom > /tmp/big.bin", size)); err != nil {
+				t.Fatal(err)
+			}
+			sum, err := guardedCommand(s, tc.id, "sha256sum /tmp/big.bin | cut -d' ' -f1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), pauseHangGuard)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+proxyPath(tc.id, "/files/download?path=/tmp/big.bin"), nil)
+			req.Header.Set(apiKeyHeader, s.APIKey)
+			resp, err := s.client.Do(req)
+			if err != nil {
+				t.Fatalf("start download: %v", err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("download: status %d", resp.StatusCode)
+			}
+			h := sha256.New()
+			if _, err := io.CopyN(h, resp.Body, 1<<20); err != nil {
+				t.Fatalf("read the first MiB: %v", err)
+			}
+			n := int64(1 << 20)
+			var readErr error
+			read := make(chan struct{})
+			if !tc.stalled {
+				go func() {
+					defer close(read)
+					for readErr == nil {
+						var m int64
+						m, readErr = io.CopyN(h, resp.Body, 256<<10)
+						n += m
+						time.Sleep(20 * time.Millisecond) // a client that reads along, not all at once
+					}
+				}()
+			}
+			for _, step := range []string{"/pause", "/resume"} {
+				if _, err := guardedWant(s, http.MethodPost, sandboxPath(tc.id, step), nil, http.StatusAccepted); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.stalled {
+				var m int64
+				m, readErr = io.Copy(h, resp.Body)
+				n += m
+			} else {
+				<-read
+				if readErr == io.EOF {
+					readErr = nil
+				}
+			}
+			got := hex.EncodeToString(h.Sum(nil))
+			switch {
+			case tc.intact && (readErr != nil || n != size || got != sum):
+				t.Errorf("download across pause/resume: %d bytes, sha256 %s, err %v; want %d bytes, %s", n, got, readErr, size, sum)
+			case !tc.intact && readErr == nil && (n != size || got != sum):
+				t.Errorf("download cut short by the pause: %d bytes and no error; want the whole file or an error", n)
+			}
+			if err := checkSandboxWorks(s, tc.id); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }

@@ -463,7 +463,8 @@ func (m *Manager) fileError(err error, p string) error {
 		return m.engineError(err, "file transfer "+p)
 	}
 	if errors.Is(err, runtime.ErrConflict) {
-		return &Error{Kind: KindConflict, Code: CodeNotRunning, Message: "file transfer " + p + ": the sandbox is paused; resume it first", Err: err}
+		// A pause, resume or delete cut the transfer short.
+		return &Error{Kind: KindConflict, Code: CodeNotRunning, Message: "file transfer " + p + " was cut short: the sandbox was paused, resumed or deleted meanwhile; retry", Err: err}
 	}
 	return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: fmt.Sprintf("file transfer %s: %v", p, err), Err: err}
 }

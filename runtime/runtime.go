@@ -62,6 +62,10 @@ type Runtime interface {
 	// Logs streams the container's combined stdout and stderr as plain text.
 	Logs(ctx context.Context, id string, tail int, since time.Time) (io.ReadCloser, error)
 
+	// The archive and stat calls work on a paused container too. A Pause,
+	// Unpause, Commit or Remove may cut one in flight short: it then fails
+	// with ErrConflict.
+
 	// PutArchive extracts a tar stream into dir inside the container.
 	PutArchive(ctx context.Context, id, dir string, tar io.Reader) error
 	// GetArchive returns a tar stream of path inside the container.
@@ -70,7 +74,8 @@ type Runtime interface {
 	StatPath(ctx context.Context, id, path string) (PathStat, error)
 
 	// Agent returns a transport to the agent inside the container, starting
-	// the agent if it is not running. Requests sent through it reach the
+	// the agent if it is not running (ErrConflict if the container is
+	// paused: nothing can start in it). Requests sent through it reach the
 	// agent's execd API whatever the URL host is.
 	Agent(ctx context.Context, id string) (http.RoundTripper, error)
 

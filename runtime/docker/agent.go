@@ -195,7 +195,7 @@ const agentStartTimeout = 30 * time.Second
 func (d *Docker) startAgent(ctx context.Context, id string) (*agent.Client, error) {
 	cctx, cancel := context.WithTimeout(ctx, min(d.timeout, agentStartTimeout))
 	defer cancel()
-	release, err := d.gates.enter(cctx, id)
+	release, err := d.gates.start(cctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("start agent in %s: %w", id, err)
 	}

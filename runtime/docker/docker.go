@@ -90,6 +90,7 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		sessions: map[string]*agentSession{},
 		mountDir: opts.MountDir,
 		freezer:  newFreezer(),
+		gates:    gates{grace: transferGrace},
 	}
 	if d.agents, err = newAgentSet(opts.AgentBinaries, opts.EmbeddedAgents, opts.Logger); err != nil {
 		return nil, err
@@ -325,6 +326,9 @@ func (d *Docker) Start(ctx context.Context, id string) error {
 
 // Inspect implements runtime.Runtime.
 func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, error) {
+	if d.gates.busy(id) {
+		return d.summary(ctx, id)
+	}
 	cctx, cancel := d.short(ctx)
 	defer cancel()
 	info, err := d.cli.ContainerInspect(cctx, id)
@@ -354,6 +358,24 @@ func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, err
 	return c, nil
 }
 
+// summary answers Inspect from the engine's list, which dockerd serves
+// without the container's lock, while a transfer holds that lock. It lacks
+// the exit code and OOM flag, as List does.
+func (d *Docker) summary(ctx context.Context, id string) (runtime.Container, error) {
+	cctx, cancel := d.short(ctx)
+	defer cancel()
+	list, err := d.cli.ContainerList(cctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("id", id))})
+	if err != nil {
+		return runtime.Container{}, d.wrapContainer(ctx, err, id, "inspect container %s", id)
+	}
+	for _, c := range summaries(list) {
+		if c.ID == id {
+			return c, nil
+		}
+	}
+	return runtime.Container{}, fmt.Errorf("inspect container %s: %w", id, runtime.ErrNotFound)
+}
+
 // List implements runtime.Runtime.
 func (d *Docker) List(ctx context.Context, labels map[string]string) ([]runtime.Container, error) {
 	args := filters.NewArgs()
@@ -370,6 +392,11 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]runtime.
 	if err != nil {
 		return nil, wrap(err, "list containers")
 	}
+	return summaries(list), nil
+}
+
+// summaries converts the engine's list entries.
+func summaries(list []container.Summary) []runtime.Container {
 	out := make([]runtime.Container, 0, len(list))
 	for _, s := range list {
 		c := runtime.Container{
@@ -386,7 +413,7 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]runtime.
 		}
 		out = append(out, c)
 	}
-	return out, nil
+	return out
 }
 
 // removeAttempts and removeRetryDelay shape Remove's retries.
@@ -401,13 +428,20 @@ const (
 // refused removal is tried again; a container already gone is removed.
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	d.dropSession(id)
-	release := d.releasePins(ctx, id)
-	defer d.gates.forget(id)
+	// Transfers hold the container's lock: abort them at once.
+	end, err := d.gates.exclusive(ctx, id, 0)
+	if err != nil {
+		return wrap(err, "remove container %s", id)
+	}
+	defer func() {
+		end()
+		d.gates.forget(id)
+	}()
 	// dockerd cannot even kill a container stuck in a process start.
 	if _, err := d.freezer.thaw(id); err != nil && !errors.Is(err, errNotStuck) {
 		d.log.Warn("thaw stuck container before removal", "container", id, "err", err)
 	}
-	var err error
+	release := d.releasePins(ctx, id)
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := d.call(ctx)
 		err = wrap(d.cli.ContainerRemove(cctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}), "remove container %s", id)
@@ -428,41 +462,50 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 	}
 }
 
-// Pause implements runtime.Runtime. It waits for the calls being set up
-// in the container to finish first (see gates).
+// Pause implements runtime.Runtime. It is ordered with the calls that
+// reach into the container (see gates).
 func (d *Docker) Pause(ctx context.Context, id string) error {
 	cctx, cancel := d.short(ctx)
 	defer cancel()
-	done, err := d.gates.freeze(cctx, id)
+	end, err := d.gates.exclusive(cctx, id, d.gates.grace)
 	if err != nil {
-		return d.wrapContainer(ctx, err, id, "pause container %s: wait for a process start in it", id)
+		return d.wrapContainer(ctx, err, id, "pause container %s", id)
 	}
-	err = d.cli.ContainerPause(cctx, id)
-	done(err == nil)
-	return d.wrapContainer(ctx, err, id, "pause container %s", id)
+	defer end()
+	if err := d.cli.ContainerPause(cctx, id); err != nil {
+		return d.wrapContainer(ctx, err, id, "pause container %s", id)
+	}
+	d.gates.setPaused(id, true)
+	return nil
 }
 
-// Unpause implements runtime.Runtime.
+// Unpause implements runtime.Runtime. It is ordered like Pause: dockerd
+// would wait for a transfer in flight.
 func (d *Docker) Unpause(ctx context.Context, id string) error {
 	cctx, cancel := d.short(ctx)
 	defer cancel()
-	err := d.cli.ContainerUnpause(cctx, id)
-	if err == nil {
-		d.gates.thawed(id)
+	end, err := d.gates.exclusive(cctx, id, d.gates.grace)
+	if err != nil {
+		return d.wrapContainer(ctx, err, id, "unpause container %s", id)
 	}
-	return d.wrapContainer(ctx, err, id, "unpause container %s", id)
+	defer end()
+	if err := d.cli.ContainerUnpause(cctx, id); err != nil {
+		return d.wrapContainer(ctx, err, id, "unpause container %s", id)
+	}
+	d.gates.setPaused(id, false)
+	return nil
 }
 
 // Commit implements runtime.Runtime. Docker pauses the container while it
-// commits, so the commit is ordered with calls into it like a pause.
+// commits, so the commit is ordered like a pause.
 func (d *Docker) Commit(ctx context.Context, id, ref string) error {
 	wctx, cancel := d.short(ctx)
-	done, err := d.gates.freeze(wctx, id)
+	end, err := d.gates.exclusive(wctx, id, d.gates.grace)
 	cancel()
 	if err != nil {
-		return d.wrapContainer(ctx, err, id, "commit container %s: wait for a process start in it", id)
+		return d.wrapContainer(ctx, err, id, "commit container %s", id)
 	}
-	defer done(false)
+	defer end()
 	_, err = d.cli.ContainerCommit(ctx, id, container.CommitOptions{Reference: ref, Pause: true})
 	return wrap(err, "commit container %s", id)
 }
@@ -520,69 +563,82 @@ func (d *Docker) Logs(ctx context.Context, id string, tail int, since time.Time)
 	return pr, nil
 }
 
-// PutArchive implements runtime.Runtime. It does not start while the
-// container is paused; once started, the copy holds no pause up: dockerd
-// writes from the host side and runs nothing in the container.
+// PutArchive implements runtime.Runtime. A pause lets it finish within
+// transferGrace, then aborts it (errAborted).
 func (d *Docker) PutArchive(ctx context.Context, id, dir string, tar io.Reader) error {
-	release, err := d.gates.enter(ctx, id)
+	tctx, release, err := d.gates.transfer(ctx, id)
 	if err != nil {
-		return err
-	}
-	release()
-	// CopyUIDGID: files belong to the container's user, as if it wrote them.
-	err = d.cli.CopyToContainer(ctx, id, dir, tar, container.CopyToContainerOptions{CopyUIDGID: true})
-	return wrap(err, "copy into container %s:%s", id, dir)
-}
-
-// GetArchive implements runtime.Runtime. A pause waits for the call to
-// answer, not for the stream to be read.
-func (d *Docker) GetArchive(ctx context.Context, id, path string) (io.ReadCloser, runtime.PathStat, error) {
-	release, err := d.gates.enter(ctx, id)
-	if err != nil {
-		return nil, runtime.PathStat{}, err
+		return wrap(err, "copy into container %s:%s", id, dir)
 	}
 	defer release()
-	// The deadline covers the answer only: ctx also carries the stream.
-	sctx, cancel := context.WithCancel(ctx)
-	timer := time.AfterFunc(min(d.timeout, containerTimeout), cancel)
+	// CopyUIDGID: files belong to the container's user, as if it wrote them.
+	err = d.cli.CopyToContainer(tctx, id, dir, tar, container.CopyToContainerOptions{CopyUIDGID: true})
+	return wrap(aborted(tctx, err), "copy into container %s:%s", id, dir)
+}
+
+// GetArchive implements runtime.Runtime. The transfer lasts until the
+// stream is closed; a pause lets it finish within transferGrace, then
+// aborts it, and reading it fails with errAborted.
+func (d *Docker) GetArchive(ctx context.Context, id, path string) (io.ReadCloser, runtime.PathStat, error) {
+	tctx, release, err := d.gates.transfer(ctx, id)
+	if err != nil {
+		return nil, runtime.PathStat{}, wrap(err, "copy from container %s:%s", id, path)
+	}
+	// The deadline covers the answer only: the context also carries the
+	// stream.
+	sctx, stop := context.WithCancelCause(tctx)
+	timer := time.AfterFunc(min(d.timeout, containerTimeout), func() { stop(context.DeadlineExceeded) })
 	rc, st, err := d.cli.CopyFromContainer(sctx, id, path)
-	if !timer.Stop() {
+	if !timer.Stop() { // the answer came too late
 		if err == nil {
 			rc.Close()
 		}
 		err = context.DeadlineExceeded
 	}
-	if err != nil {
-		cancel()
-		return nil, runtime.PathStat{}, d.wrapContainer(ctx, err, id, "copy from container %s:%s", id, path)
+	end := func() {
+		stop(nil)
+		release()
 	}
-	return cancelCloser{rc, cancel}, pathStat(st), nil
+	if err != nil {
+		end()
+		return nil, runtime.PathStat{}, d.wrapContainer(ctx, aborted(tctx, err), id, "copy from container %s:%s", id, path)
+	}
+	return &transferStream{rc: rc, tctx: tctx, end: end}, pathStat(st), nil
 }
 
-// cancelCloser cancels a stream's context when it is closed.
-type cancelCloser struct {
-	io.ReadCloser
-	cancel context.CancelFunc
+// transferStream is an archive stream that ends its transfer when closed.
+type transferStream struct {
+	rc   io.ReadCloser
+	tctx context.Context
+	end  func()
 }
 
-func (c cancelCloser) Close() error {
-	err := c.ReadCloser.Close()
-	c.cancel()
+func (s *transferStream) Read(p []byte) (int, error) {
+	n, err := s.rc.Read(p)
+	if err != nil && err != io.EOF {
+		err = aborted(s.tctx, err)
+	}
+	return n, err
+}
+
+func (s *transferStream) Close() error {
+	err := s.rc.Close()
+	s.end()
 	return err
 }
 
 // StatPath implements runtime.Runtime.
 func (d *Docker) StatPath(ctx context.Context, id, path string) (runtime.PathStat, error) {
-	release, err := d.gates.enter(ctx, id)
+	tctx, release, err := d.gates.transfer(ctx, id)
 	if err != nil {
-		return runtime.PathStat{}, err
+		return runtime.PathStat{}, wrap(err, "stat %s in container %s", path, id)
 	}
 	defer release()
-	cctx, cancel := d.short(ctx)
+	cctx, cancel := d.short(tctx)
 	defer cancel()
 	st, err := d.cli.ContainerStatPath(cctx, id, path)
 	if err != nil {
-		return runtime.PathStat{}, d.wrapContainer(ctx, err, id, "stat %s in container %s", path, id)
+		return runtime.PathStat{}, d.wrapContainer(ctx, aborted(tctx, err), id, "stat %s in container %s", path, id)
 	}
 	return pathStat(st), nil
 }

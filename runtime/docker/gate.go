@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -11,21 +12,39 @@ import (
 // A pause that lands while runc is starting a process in a container (an
 // exec's `runc init`) freezes runc itself: `runc exec` never returns, and
 // dockerd then hangs on every call about that container, removal included,
-// until its cgroup is thawed by hand. So each container has a gate that
-// orders the calls reaching into it (exec create, start and attach, archive
-// and stat) with pause and commit (which pauses): a pause waits until the
-// calls being set up have finished, and no such call starts while the
-// container is paused or a pause is under way.
+// until its cgroup is thawed by hand. And dockerd holds a container's lock
+// for as long as an archive stream of it is open, so a pause, an inspect or
+// a removal waits for a slow download or upload to end.
+//
+// So each container has a gate that orders the calls reaching into it with
+// the calls that change its state (pause, unpause, commit, removal: the
+// exclusive ones). An exclusive call stops new calls from starting, waits
+// for process starts to finish (they cannot be cut short), gives transfers
+// (archive and stat calls) transferGrace to finish and then aborts them.
+// A process start is refused while the container is paused; a transfer is
+// not, as dockerd copies from the host side without running anything in
+// the container.
 type gates struct {
+	// grace is how long an exclusive call lets transfers finish.
+	grace time.Duration
+
 	mu sync.Mutex
 	m  map[string]*gate // by container id
 }
 
+// transferGrace lets a transfer whose client reads or writes at any decent
+// speed finish before a pause; one stalled longer is aborted.
+const transferGrace = 10 * time.Second
+
+// errAborted ends a transfer that an exclusive call cut short.
+var errAborted = fmt.Errorf("transfer cut short: the container was paused, resumed or removed meanwhile: %w", runtime.ErrConflict)
+
 // gate is one container's state. Its fields are guarded by gates.mu.
 type gate struct {
-	users    int  // calls being set up
-	freezers int  // pauses and commits under way
-	paused   bool // paused by this process and not resumed since
+	starts    int                    // process starts being set up
+	transfers map[*transfer]struct{} // in flight
+	exclusive int                    // exclusive calls under way
+	paused    bool                   // paused by this process and not resumed since
 	// changed is closed, and replaced, whenever the fields change.
 	changed chan struct{}
 }
@@ -35,6 +54,9 @@ func (g *gate) notify() {
 	g.changed = make(chan struct{})
 }
 
+// transfer is an archive or stat call in flight.
+type transfer struct{ abort context.CancelCauseFunc }
+
 // get returns id's gate; gs.mu must be held.
 func (gs *gates) get(id string) *gate {
 	if gs.m == nil {
@@ -42,7 +64,7 @@ func (gs *gates) get(id string) *gate {
 	}
 	g := gs.m[id]
 	if g == nil {
-		g = &gate{changed: make(chan struct{})}
+		g = &gate{transfers: map[*transfer]struct{}{}, changed: make(chan struct{})}
 		gs.m[id] = g
 	}
 	return g
@@ -67,63 +89,115 @@ func (gs *gates) wait(ctx context.Context, id string, cond func(*gate) bool) (*g
 	}
 }
 
-// enter admits a call that reaches into container id and returns the
-// function that ends its set-up. It refuses while the container is paused
-// and waits while a pause or commit is under way.
-func (gs *gates) enter(ctx context.Context, id string) (release func(), err error) {
-	g, err := gs.wait(ctx, id, func(g *gate) bool { return g.paused || g.freezers == 0 })
+// change runs fn on g under gs.mu and wakes the waiters.
+func (gs *gates) change(g *gate, fn func()) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	fn()
+	g.notify()
+}
+
+func noExclusive(g *gate) bool { return g.exclusive == 0 }
+
+// start admits a process start (exec create, start and attach) in
+// container id and returns the function that ends its set-up. It waits
+// while an exclusive call is under way and refuses a paused container.
+func (gs *gates) start(ctx context.Context, id string) (release func(), err error) {
+	g, err := gs.wait(ctx, id, noExclusive)
 	if err != nil {
-		return nil, fmt.Errorf("container %s is being paused: %w", id, err)
+		return nil, fmt.Errorf("container %s is being paused, resumed or removed: %w", id, err)
 	}
 	defer gs.mu.Unlock()
 	if g.paused {
 		return nil, fmt.Errorf("container %s is paused: %w", id, runtime.ErrConflict)
 	}
-	g.users++
+	g.starts++
 	var once sync.Once
-	return func() {
+	return func() { once.Do(func() { gs.change(g, func() { g.starts-- }) }) }, nil
+}
+
+// transfer admits an archive or stat call on container id: it waits while
+// an exclusive call is under way. The call must run on tctx, which an
+// exclusive call cancels with errAborted; release ends the transfer.
+func (gs *gates) transfer(ctx context.Context, id string) (tctx context.Context, release func(), err error) {
+	g, err := gs.wait(ctx, id, noExclusive)
+	if err != nil {
+		return nil, nil, fmt.Errorf("container %s is being paused, resumed or removed: %w", id, err)
+	}
+	defer gs.mu.Unlock()
+	tctx, abort := context.WithCancelCause(ctx)
+	t := &transfer{abort}
+	g.transfers[t] = struct{}{}
+	var once sync.Once
+	return tctx, func() {
 		once.Do(func() {
-			gs.mu.Lock()
-			defer gs.mu.Unlock()
-			g.users--
-			g.notify()
+			gs.change(g, func() { delete(g.transfers, t) })
+			abort(nil)
 		})
 	}, nil
 }
 
-// freeze starts a pause or commit of container id: it stops new calls from
-// starting, then waits until the calls being set up have finished. done
-// ends it; paused tells whether the container is now paused.
-func (gs *gates) freeze(ctx context.Context, id string) (done func(paused bool), err error) {
-	gs.mu.Lock()
-	g := gs.get(id)
-	g.freezers++
-	g.notify()
-	gs.mu.Unlock()
-	end := func(paused bool) {
-		gs.mu.Lock()
-		defer gs.mu.Unlock()
-		g.freezers--
-		g.paused = g.paused || paused
-		g.notify()
+// aborted returns errAborted if the transfer on tctx was cut short, else err.
+func aborted(tctx context.Context, err error) error {
+	if err != nil && context.Cause(tctx) == errAborted {
+		return errAborted
 	}
-	if _, err := gs.wait(ctx, id, func(g *gate) bool { return g.users == 0 }); err != nil {
-		end(false)
-		return nil, err
-	}
-	gs.mu.Unlock()
-	var once sync.Once
-	return func(paused bool) { once.Do(func() { end(paused) }) }, nil
+	return err
 }
 
-// thawed records that container id is no longer paused.
-func (gs *gates) thawed(id string) {
+// exclusive starts a pause, unpause, commit or removal of container id: it
+// stops new calls from starting, waits for process starts to finish, and
+// lets transfers finish within grace before aborting them. end ends it;
+// the caller records a state change with setPaused before.
+func (gs *gates) exclusive(ctx context.Context, id string, grace time.Duration) (end func(), err error) {
+	gs.mu.Lock()
+	g := gs.get(id)
+	g.exclusive++
+	g.notify()
+	gs.mu.Unlock()
+	var once sync.Once
+	end = func() { once.Do(func() { gs.change(g, func() { g.exclusive-- }) }) }
+
+	if _, err := gs.wait(ctx, id, func(g *gate) bool { return g.starts == 0 }); err != nil {
+		end()
+		return nil, fmt.Errorf("wait for a process start in container %s: %w", id, err)
+	}
+	gs.mu.Unlock()
+	idle := func(g *gate) bool { return len(g.transfers) == 0 }
+	gctx, cancel := context.WithTimeout(ctx, grace)
+	_, err = gs.wait(gctx, id, idle)
+	cancel()
+	if err != nil {
+		gs.mu.Lock()
+		for t := range g.transfers {
+			t.abort(errAborted)
+		}
+		gs.mu.Unlock()
+		if _, err = gs.wait(ctx, id, idle); err != nil {
+			end()
+			return nil, fmt.Errorf("wait for aborted transfers of container %s: %w", id, err)
+		}
+	}
+	gs.mu.Unlock()
+	return end, nil
+}
+
+// setPaused records whether container id is paused by this process.
+func (gs *gates) setPaused(id string, paused bool) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	if g := gs.m[id]; g != nil && g.paused {
-		g.paused = false
-		g.notify()
-	}
+	g := gs.get(id)
+	g.paused = paused
+	g.notify()
+}
+
+// busy reports whether container id has transfers in flight (dockerd then
+// holds its lock, and inspecting it would wait for them).
+func (gs *gates) busy(id string) bool {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	g := gs.m[id]
+	return g != nil && len(g.transfers) > 0
 }
 
 // forget drops a removed container's gate.

@@ -17,130 +17,181 @@ const (
 	ctrB = "b"
 )
 
-// waitFor polls the gate of id until cond holds.
+func guarded(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor blocks until cond holds for the gate of id.
 func waitFor(t *testing.T, gs *gates, id string, cond func(*gate) bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
-	defer cancel()
-	if _, err := gs.wait(ctx, id, cond); err != nil {
+	if _, err := gs.wait(guarded(t), id, cond); err != nil {
 		t.Fatalf("gate of %s never reached the expected state: %v", id, err)
 	}
 	gs.mu.Unlock()
 }
 
-func TestGatePauseWaitsForSetUp(t *testing.T) {
-	var gs gates
-	release, err := gs.enter(context.Background(), ctrA)
+func cancelled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+func TestGatePauseWaitsForProcessStart(t *testing.T) {
+	gs := gates{grace: hangGuard}
+	release, err := gs.start(context.Background(), ctrA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A pause that gives up while the set-up runs must not have paused.
+	// A pause that gives up while the start is set up has not begun.
 	ctx, cancel := context.WithCancel(context.Background())
 	failed := make(chan error, 1)
 	go func() {
-		_, err := gs.freeze(ctx, ctrA)
+		_, err := gs.exclusive(ctx, ctrA, 0)
 		failed <- err
 	}()
-	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.freezers == 1 })
+	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.exclusive == 1 })
 	cancel()
 	if err := <-failed; !errors.Is(err, context.Canceled) {
-		t.Fatalf("freeze during a set-up = %v, want it to wait until cancelled", err)
+		t.Fatalf("pause during a process start = %v, want it to wait until cancelled", err)
 	}
 
-	// A pause that waits goes ahead once the set-up ends.
-	frozen := make(chan func(bool), 1)
+	// A pause that waits goes ahead once the start is over.
+	paused := make(chan func(), 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
-		defer cancel()
-		done, err := gs.freeze(ctx, ctrA)
+		end, err := gs.exclusive(guarded(t), ctrA, 0)
 		if err != nil {
-			t.Errorf("freeze after the set-up: %v", err)
+			t.Errorf("pause after the start: %v", err)
 		}
-		frozen <- done
+		paused <- end
 	}()
-	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.freezers == 1 })
-	select {
-	case <-frozen:
-		t.Fatal("freeze returned while a set-up was in flight")
-	default:
-	}
+	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.exclusive == 1 })
 	release()
 	release() // twice is harmless
-	if done := <-frozen; done != nil {
-		done(true)
+	end := <-paused
+	if end == nil {
+		t.FailNow()
 	}
-	if _, err := gs.enter(context.Background(), ctrA); !errors.Is(err, runtime.ErrConflict) {
-		t.Fatalf("enter while paused = %v, want ErrConflict", err)
+	gs.setPaused(ctrA, true)
+	end()
+	if _, err := gs.start(context.Background(), ctrA); !errors.Is(err, runtime.ErrConflict) {
+		t.Fatalf("process start while paused = %v, want ErrConflict", err)
 	}
-	gs.thawed(ctrA)
-	release, err = gs.enter(context.Background(), ctrA)
+	gs.setPaused(ctrA, false)
+	release, err = gs.start(context.Background(), ctrA)
 	if err != nil {
-		t.Fatalf("enter after thawed: %v", err)
+		t.Fatalf("process start after resume: %v", err)
 	}
 	release()
 }
 
-func TestGateSetUpWaitsForPause(t *testing.T) {
-	for _, paused := range []bool{true, false} {
-		var gs gates
-		done, err := gs.freeze(context.Background(), ctrA)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Another container is not held up.
-		rb, err := gs.enter(context.Background(), ctrB)
-		if err != nil {
-			t.Fatalf("enter %s while %s is being paused: %v", ctrB, ctrA, err)
-		}
-		rb()
-		entered := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
-			defer cancel()
-			release, err := gs.enter(ctx, ctrA)
-			if err == nil {
-				release()
-			}
-			entered <- err
-		}()
-		select {
-		case err := <-entered:
-			t.Fatalf("enter during a pause returned %v before the pause ended", err)
-		default:
-		}
-		done(paused)
-		err = <-entered
-		if paused && !errors.Is(err, runtime.ErrConflict) || !paused && err != nil {
-			t.Errorf("pause ended with paused=%v: enter = %v", paused, err)
-		}
-		// Nothing is left held: a new pause goes ahead at once.
-		waitFor(t, &gs, ctrA, func(g *gate) bool { return g.users == 0 && g.freezers == 0 })
-	}
-}
-
-func TestGateEnterGivesUp(t *testing.T) {
-	var gs gates
-	done, err := gs.freeze(context.Background(), ctrA)
+func TestGateNothingStartsDuringAPause(t *testing.T) {
+	gs := gates{}
+	end, err := gs.exclusive(context.Background(), ctrA, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer done(false)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := gs.enter(ctx, ctrA); !errors.Is(err, context.Canceled) {
-		t.Fatalf("enter with a cancelled context during a pause = %v", err)
+	if _, err := gs.start(cancelled(), ctrA); !errors.Is(err, context.Canceled) {
+		t.Errorf("process start during a pause = %v, want it to wait", err)
 	}
-	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.users == 0 })
+	if _, _, err := gs.transfer(cancelled(), ctrA); !errors.Is(err, context.Canceled) {
+		t.Errorf("transfer during a pause = %v, want it to wait", err)
+	}
+	// Another container is not held up.
+	rb, err := gs.start(context.Background(), ctrB)
+	if err != nil {
+		t.Fatalf("process start in %s while %s is being paused: %v", ctrB, ctrA, err)
+	}
+	rb()
+	started := make(chan error, 1)
+	go func() {
+		release, err := gs.start(guarded(t), ctrA)
+		if err == nil {
+			release()
+		}
+		started <- err
+	}()
+	gs.setPaused(ctrA, true)
+	end()
+	if err := <-started; !errors.Is(err, runtime.ErrConflict) {
+		t.Errorf("process start that waited for a pause = %v, want ErrConflict", err)
+	}
+	// A paused container's files can still be copied.
+	_, release, err := gs.transfer(context.Background(), ctrA)
+	if err != nil {
+		t.Fatalf("transfer while paused: %v", err)
+	}
+	release()
+	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.starts == 0 && g.exclusive == 0 && len(g.transfers) == 0 })
+}
+
+func TestGatePauseLetsATransferFinish(t *testing.T) {
+	gs := gates{}
+	tctx, release, err := gs.transfer(context.Background(), ctrA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gs.busy(ctrA) || gs.busy(ctrB) {
+		t.Errorf("busy = %v, %v; want true for the container with a transfer only", gs.busy(ctrA), gs.busy(ctrB))
+	}
+	paused := make(chan error, 1)
+	go func() {
+		end, err := gs.exclusive(guarded(t), ctrA, hangGuard)
+		if err == nil {
+			end()
+		}
+		paused <- err
+	}()
+	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.exclusive == 1 })
+	select {
+	case err := <-paused:
+		t.Fatalf("pause returned (%v) while a transfer within its grace was in flight", err)
+	default:
+	}
+	release()
+	if err := <-paused; err != nil {
+		t.Fatalf("pause after the transfer: %v", err)
+	}
+	if err := aborted(tctx, context.Canceled); errors.Is(err, errAborted) {
+		t.Errorf("a transfer that finished reads as aborted")
+	}
+	if gs.busy(ctrA) {
+		t.Error("busy after the transfer ended")
+	}
+}
+
+func TestGatePauseAbortsAStalledTransfer(t *testing.T) {
+	gs := gates{}
+	tctx, release, err := gs.transfer(context.Background(), ctrA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The call on tctx ends once aborted, as the Docker client's does.
+	go func() {
+		<-tctx.Done()
+		release()
+	}()
+	end, err := gs.exclusive(guarded(t), ctrA, 0)
+	if err != nil {
+		t.Fatalf("pause with a stalled transfer: %v", err)
+	}
+	end()
+	if err := aborted(tctx, context.Canceled); !errors.Is(err, errAborted) || !errors.Is(err, runtime.ErrConflict) {
+		t.Errorf("aborted transfer's error = %v, want errAborted (a conflict)", err)
+	}
+	if err := aborted(tctx, nil); err != nil {
+		t.Errorf("aborted(nil) = %v", err)
+	}
 }
 
 func TestGateForget(t *testing.T) {
-	var gs gates
-	done, _ := gs.freeze(context.Background(), ctrA)
-	done(true)
+	gs := gates{}
+	gs.setPaused(ctrA, true)
 	gs.forget(ctrA)
-	release, err := gs.enter(context.Background(), ctrA)
+	release, err := gs.start(context.Background(), ctrA)
 	if err != nil {
-		t.Fatalf("enter a forgotten (new) container: %v", err)
+		t.Fatalf("start in a forgotten (new) container: %v", err)
 	}
 	release()
 }
