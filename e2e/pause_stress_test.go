@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
 )
 
 // pauseHangGuard bounds each API call of the pause stress test. It is not a
@@ -368,4 +370,81 @@ func pauseDuringDownload(t *testing.T, s *Server, id, readOnlyID string) {
 			}
 		})
 	}
+}
+
+// TestPauseRepairsStuckSandbox freezes a sandbox from outside sandboxd while
+// runc starts a process in it (the wedge sandboxd itself no longer causes)
+// and checks that sandboxd's reaper repairs it: the sandbox then answers,
+// resumes, runs commands and is deleted.
+func TestPauseRepairsStuckSandbox(t *testing.T) {
+	s := startServer(t)
+	thawFrozenAtEnd(t, s)
+	sb := createSandbox(t, s, "/v1/sandboxes", busyboxRequest())
+	if got := runCommand(t, s, sb.ID, "echo up"); got != "up" {
+		t.Fatalf("command printed %q", got)
+	}
+	cid := sandboxContainer(t, sb.ID).ID
+	cli := dockerClient(t)
+	state := "/sys/fs/cgroup/freezer/docker/" + cid + "/freezer.state"
+	if _, err := os.Stat(state); err != nil {
+		t.Skipf("no cgroup v1 freezer with the cgroupfs driver here (%v)", err)
+	}
+	// The reaper (every second in the harness's config) may repair the
+	// sandbox before this loop sees it stuck: its log says so.
+	repaired := func() bool {
+		b, _ := os.ReadFile(s.LogPath)
+		return strings.Contains(string(b), "repaired paused sandbox stuck in a process start")
+	}
+	stuck := false
+	for attempt := 0; attempt < 40 && !stuck; attempt++ {
+		ex, err := cli.ContainerExecCreate(t.Context(), cid, container.ExecOptions{Cmd: []string{"true"}})
+		if err != nil {
+			t.Fatalf("exec create: %v", err)
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), pauseHangGuard)
+			defer cancel()
+			_ = cli.ContainerExecStart(ctx, ex.ID, container.ExecStartOptions{Detach: true})
+		}()
+		time.Sleep(time.Duration(attempt%8) * 2 * time.Millisecond) // aim at runc's start
+		ctx, cancel := context.WithTimeout(t.Context(), pauseHangGuard)
+		if err := cli.ContainerPause(ctx, cid); err != nil {
+			t.Fatalf("pause from outside: %v", err)
+		}
+		cancel()
+		b, _ := os.ReadFile(state)
+		if stuck = strings.TrimSpace(string(b)) == "FROZEN" && hasRuncInit(filepath.Dir(state)) || repaired(); stuck {
+			break
+		}
+		ctx, cancel = context.WithTimeout(t.Context(), pauseHangGuard)
+		err = cli.ContainerUnpause(ctx, cid)
+		cancel()
+		if err != nil {
+			// A repair thawed it between the check and the unpause.
+			waitUntil(t, stateWait, "the repair that raced the unpause ("+err.Error()+")", repaired)
+			stuck = true
+		}
+	}
+	if !stuck {
+		t.Skip("no pause caught runc starting a process in 40 attempts")
+	}
+	// The reaper runs every second in the harness's config.
+	waitUntil(t, stateWait, "the stuck sandbox to be repaired and answer", func() bool {
+		status, body, err := guardedDo(s, http.MethodGet, sandboxPath(sb.ID), nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status == http.StatusOK && decodeJSON[lcSandbox](t, body).Status.State == "Paused"
+	})
+	waitUntil(t, stateWait, "sandboxd's log to report the repair", repaired)
+	if _, err := guardedWant(s, http.MethodPost, sandboxPath(sb.ID, "/resume"), nil, http.StatusAccepted); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSandboxWorks(s, sb.ID); err != nil {
+		t.Error(err)
+	}
+	if _, err := guardedWant(s, http.MethodDelete, sandboxPath(sb.ID), nil, http.StatusNoContent); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, s, sb.ID)
 }

@@ -428,8 +428,7 @@ const (
 // refused removal is tried again; a container already gone is removed.
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	d.dropSession(id)
-	// Transfers hold the container's lock: abort them at once.
-	end, err := d.gates.exclusive(ctx, id, 0)
+	end, err := d.gates.acquire(ctx, id)
 	if err != nil {
 		return wrap(err, "remove container %s", id)
 	}
@@ -441,6 +440,13 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 	if _, err := d.freezer.thaw(id); err != nil && !errors.Is(err, errNotStuck) {
 		d.log.Warn("thaw stuck container before removal", "container", id, "err", err)
 	}
+	// Transfers hold the container's lock: abort them at once. A process
+	// start still going after containerTimeout is killed with the rest.
+	dctx, cancel := d.short(ctx)
+	if err := d.gates.drain(dctx, id, 0); err != nil {
+		d.log.Warn("removing container with a process start under way", "container", id, "err", err)
+	}
+	cancel()
 	release := d.releasePins(ctx, id)
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := d.call(ctx)
@@ -515,6 +521,16 @@ func (d *Docker) Commit(ctx context.Context, id, ref string) error {
 // before this one) is thawed so that the start finishes, then frozen again
 // if the engine still records it as paused.
 func (d *Docker) Repair(ctx context.Context, id string) (bool, error) {
+	if _, stuck := d.freezer.stuck(id); !stuck {
+		return false, nil
+	}
+	// Ordered with this process's own pause and resume, so that the
+	// container is not frozen again after a resume.
+	end, err := d.gates.acquire(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	defer end()
 	c, err := d.freezer.thaw(id)
 	if errors.Is(err, errNotStuck) {
 		return false, nil

@@ -17,10 +17,11 @@ import (
 // a removal waits for a slow download or upload to end.
 //
 // So each container has a gate that orders the calls reaching into it with
-// the calls that change its state (pause, unpause, commit, removal: the
-// exclusive ones). An exclusive call stops new calls from starting, waits
-// for process starts to finish (they cannot be cut short), gives transfers
-// (archive and stat calls) transferGrace to finish and then aborts them.
+// the calls that change its state (pause, unpause, commit, removal, repair:
+// the exclusive ones, one at a time). An exclusive call stops new calls
+// from starting, waits for process starts to finish (they cannot be cut
+// short), gives transfers (archive and stat calls) transferGrace to finish
+// and then aborts them.
 // A process start is refused while the container is paused; a transfer is
 // not, as dockerd copies from the host side without running anything in
 // the container.
@@ -145,40 +146,65 @@ func aborted(tctx context.Context, err error) error {
 	return err
 }
 
-// exclusive starts a pause, unpause, commit or removal of container id: it
-// stops new calls from starting, waits for process starts to finish, and
-// lets transfers finish within grace before aborting them. end ends it;
-// the caller records a state change with setPaused before.
-func (gs *gates) exclusive(ctx context.Context, id string, grace time.Duration) (end func(), err error) {
-	gs.mu.Lock()
-	g := gs.get(id)
+// acquire starts an exclusive call (pause, unpause, commit, removal,
+// repair) on container id, once no other is under way: from then on no
+// process start or transfer begins. end ends it; the caller records a state
+// change with setPaused before.
+func (gs *gates) acquire(ctx context.Context, id string) (end func(), err error) {
+	g, err := gs.wait(ctx, id, noExclusive)
+	if err != nil {
+		return nil, fmt.Errorf("wait for another pause, resume, commit or removal of container %s: %w", id, err)
+	}
 	g.exclusive++
 	g.notify()
 	gs.mu.Unlock()
 	var once sync.Once
-	end = func() { once.Do(func() { gs.change(g, func() { g.exclusive-- }) }) }
+	return func() { once.Do(func() { gs.change(g, func() { g.exclusive-- }) }) }, nil
+}
 
+// drain, within an exclusive call, waits for the process starts in
+// container id to finish (they cannot be cut short) and lets its transfers
+// finish within grace before aborting them.
+func (gs *gates) drain(ctx context.Context, id string, grace time.Duration) error {
 	if _, err := gs.wait(ctx, id, func(g *gate) bool { return g.starts == 0 }); err != nil {
-		end()
-		return nil, fmt.Errorf("wait for a process start in container %s: %w", id, err)
+		return fmt.Errorf("wait for a process start in container %s: %w", id, err)
 	}
 	gs.mu.Unlock()
 	idle := func(g *gate) bool { return len(g.transfers) == 0 }
 	gctx, cancel := context.WithTimeout(ctx, grace)
-	_, err = gs.wait(gctx, id, idle)
-	cancel()
-	if err != nil {
-		gs.mu.Lock()
-		for t := range g.transfers {
-			t.abort(errAborted)
-		}
+	defer cancel()
+	g, err := gs.wait(gctx, id, idle)
+	if err == nil {
 		gs.mu.Unlock()
-		if _, err = gs.wait(ctx, id, idle); err != nil {
-			end()
-			return nil, fmt.Errorf("wait for aborted transfers of container %s: %w", id, err)
-		}
+		return nil
 	}
-	gs.mu.Unlock()
+	if ctx.Err() != nil {
+		return fmt.Errorf("wait for transfers of container %s: %w", id, ctx.Err())
+	}
+	// Aborting a call closes its connection, which makes dockerd let go
+	// of the container. Its caller may take longer to notice (it can be
+	// blocked writing to its own stalled client): it is not waited for.
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	g = gs.get(id)
+	for t := range g.transfers {
+		t.abort(errAborted)
+		delete(g.transfers, t)
+	}
+	g.notify()
+	return nil
+}
+
+// exclusive is acquire and drain: a pause, unpause or commit.
+func (gs *gates) exclusive(ctx context.Context, id string, grace time.Duration) (end func(), err error) {
+	end, err = gs.acquire(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := gs.drain(ctx, id, grace); err != nil {
+		end()
+		return nil, err
+	}
 	return end, nil
 }
 

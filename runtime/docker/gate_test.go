@@ -167,16 +167,22 @@ func TestGatePauseAbortsAStalledTransfer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The call on tctx ends once aborted, as the Docker client's does.
-	go func() {
-		<-tctx.Done()
-		release()
-	}()
+	// The pause does not wait for the aborted call's caller, which may be
+	// blocked on its own stalled client.
 	end, err := gs.exclusive(guarded(t), ctrA, 0)
 	if err != nil {
 		t.Fatalf("pause with a stalled transfer: %v", err)
 	}
+	select {
+	case <-tctx.Done():
+	default:
+		t.Fatal("the stalled transfer was not aborted")
+	}
+	if gs.busy(ctrA) {
+		t.Error("an aborted transfer still counts as in flight")
+	}
 	end()
+	release()
 	if err := aborted(tctx, context.Canceled); !errors.Is(err, errAborted) || !errors.Is(err, runtime.ErrConflict) {
 		t.Errorf("aborted transfer's error = %v, want errAborted (a conflict)", err)
 	}
