@@ -478,12 +478,32 @@ func (d *Docker) Pause(ctx context.Context, id string) error {
 		return d.wrapContainer(ctx, err, id, "pause container %s", id)
 	}
 	defer end()
-	if err := d.cli.ContainerPause(cctx, id); err != nil {
+	for attempt := 1; ; attempt++ {
+		err = d.cli.ContainerPause(cctx, id)
+		// runc gives up, and thaws the container again, when a process
+		// does not freeze in time (one in uninterruptible I/O on a loaded
+		// host); a later try usually succeeds.
+		if err == nil || attempt == pauseAttempts || !strings.Contains(err.Error(), "unable to freeze") {
+			break
+		}
+		d.log.Warn("container did not freeze; retrying", "container", id, "err", err)
+		select {
+		case <-cctx.Done():
+		case <-time.After(pauseRetryDelay):
+		}
+	}
+	if err != nil {
 		return d.wrapContainer(ctx, err, id, "pause container %s", id)
 	}
 	d.gates.setPaused(id, true)
 	return nil
 }
+
+// pauseAttempts and pauseRetryDelay shape Pause's retries.
+const (
+	pauseAttempts   = 3
+	pauseRetryDelay = 200 * time.Millisecond
+)
 
 // Unpause implements runtime.Runtime. It is ordered like Pause: dockerd
 // would wait for a transfer in flight.
