@@ -120,7 +120,12 @@ func (d *Docker) short(ctx context.Context) (context.Context, context.CancelFunc
 // the call ran out of time while the engine still answers pings, the engine
 // is stuck on this container (runtime.ErrContainerTimeout), not down.
 func (d *Docker) wrapContainer(ctx context.Context, err error, id, format string, args ...any) error {
-	if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || d.Ping(ctx) != nil {
+	if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+		return wrap(err, format, args...)
+	}
+	pctx, cancel := d.short(ctx)
+	defer cancel()
+	if d.Ping(pctx) != nil {
 		return wrap(err, format, args...)
 	}
 	return fmt.Errorf("%s: %w: the engine answers pings but not about container %s within %s", fmt.Sprintf(format, args...), runtime.ErrContainerTimeout, id, min(d.timeout, containerTimeout))
