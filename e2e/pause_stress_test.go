@@ -29,39 +29,26 @@ const pauseHangGuard = 90 * time.Second
 
 // guardedDo is s.do for goroutines: it bounds the call by pauseHangGuard and
 // returns an error instead of failing the test.
-func guardedDo(s *Server, method, path string, body io.Reader, ctype string) (int, []byte, error) {
+func guardedDo(s *Server, method, path string, body []byte, ctype string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), pauseHangGuard)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, s.URL+path, body)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set(apiKeyHeader, s.APIKey)
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
-	}
 	start := time.Now()
-	resp, err := s.client.Do(req)
+	status, data, err := request(ctx, s.client, s, method, path, ctype, body)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s %s: no answer after %s: %w", method, path, time.Since(start).Round(time.Second), err)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s %s: read body after %s: %w", method, path, time.Since(start).Round(time.Second), err)
-	}
-	return resp.StatusCode, data, nil
+	return status, data, nil
 }
 
 // guardedWant is guardedDo with an expected status.
 func guardedWant(s *Server, method, path string, body any, want int) ([]byte, error) {
-	var rd io.Reader
+	var data []byte
 	ctype := ""
 	if body != nil {
-		data, _ := json.Marshal(body)
-		rd, ctype = bytes.NewReader(data), "application/json"
+		data, _ = json.Marshal(body)
+		ctype = "application/json"
 	}
-	status, data, err := guardedDo(s, method, path, rd, ctype)
+	status, data, err := guardedDo(s, method, path, data, ctype)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +184,7 @@ func checkSandboxWorks(s *Server, id string) error {
 	if err != nil {
 		return err
 	}
-	if status, data, err := guardedDo(s, http.MethodPost, proxyPath(id, "/files/upload"), bytes.NewReader(body), ctype); err != nil || status != http.StatusOK {
+	if status, data, err := guardedDo(s, http.MethodPost, proxyPath(id, "/files/upload"), body, ctype); err != nil || status != http.StatusOK {
 		return fmt.Errorf("sandbox %s: upload: status %d, err %v, body %s", id, status, err, data)
 	}
 	data, err := guardedWant(s, http.MethodGet, proxyPath(id, "/files/download?path=/tmp/stress.txt"), nil, http.StatusOK)

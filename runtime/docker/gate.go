@@ -173,8 +173,7 @@ func (gs *gates) drain(ctx context.Context, id string, grace time.Duration) erro
 	idle := func(g *gate) bool { return len(g.transfers) == 0 }
 	gctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
-	g, err := gs.wait(gctx, id, idle)
-	if err == nil {
+	if _, err := gs.wait(gctx, id, idle); err == nil {
 		gs.mu.Unlock()
 		return nil
 	}
@@ -186,7 +185,7 @@ func (gs *gates) drain(ctx context.Context, id string, grace time.Duration) erro
 	// blocked writing to its own stalled client): it is not waited for.
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	g = gs.get(id)
+	g := gs.get(id)
 	for t := range g.transfers {
 		t.abort(errAborted)
 		delete(g.transfers, t)
