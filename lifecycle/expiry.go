@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime"
@@ -166,40 +167,60 @@ func (m *Manager) Sweep(ctx context.Context) {
 		return
 	}
 	now := m.now()
+	// Sandboxes are reaped side by side, so that one the engine is slow or
+	// stuck on holds up none of the others.
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, reapParallel)
 	for _, rec := range recs {
 		if rec.State != recordReady {
 			continue
 		}
-		e, ok := m.expiry(rec)
-		if !ok || now.Before(e.at) {
+		if e, ok := m.expiry(rec); !ok || now.Before(e.at) {
 			continue
 		}
-		if e.renews {
-			if m.busy(ctx, rec) {
-				m.log.Debug("deadline reached with work running; keeping", "sandbox_id", rec.ID)
-				m.Touch(rec.ID)
-				continue
-			}
-			// A request may have come in while the agent answered.
-			if e, _ = m.expiry(rec); m.now().Before(e.at) {
-				continue
-			}
-		}
-		reason := "expired"
-		if e.idle {
-			reason = "idle"
-		}
-		if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
-			m.log.Error("reaper: remove sandbox", "sandbox_id", rec.ID, "reason", reason, "err", err)
-			continue
-		}
-		if reason == "idle" {
-			m.metrics.ReapedIdle.Add(1)
-		} else {
-			m.metrics.ReapedExpired.Add(1)
-		}
-		m.log.Info("sandbox reaped", "sandbox_id", rec.ID, "reason", reason)
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			m.reap(ctx, rec)
+		}()
 	}
+	wg.Wait()
+}
+
+// reapParallel bounds the sandboxes one sweep reaps at once.
+const reapParallel = 8
+
+// reap removes a sandbox whose deadline has passed, unless running work
+// moves a deadline that activity can move.
+func (m *Manager) reap(ctx context.Context, rec *Record) {
+	e, _ := m.expiry(rec)
+	if e.renews {
+		if m.busy(ctx, rec) {
+			m.log.Debug("deadline reached with work running; keeping", "sandbox_id", rec.ID)
+			m.Touch(rec.ID)
+			return
+		}
+		// A request may have come in while the agent answered.
+		if e, _ = m.expiry(rec); m.now().Before(e.at) {
+			return
+		}
+	}
+	reason := "expired"
+	if e.idle {
+		reason = "idle"
+	}
+	if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
+		m.log.Error("reaper: remove sandbox", "sandbox_id", rec.ID, "reason", reason, "err", err)
+		return
+	}
+	if reason == "idle" {
+		m.metrics.ReapedIdle.Add(1)
+	} else {
+		m.metrics.ReapedExpired.Add(1)
+	}
+	m.log.Info("sandbox reaped", "sandbox_id", rec.ID, "reason", reason)
 }
 
 // repairStuck frees the paused sandboxes that the engine is stuck on, so

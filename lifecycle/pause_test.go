@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,5 +134,33 @@ func TestTransferCutShortByPause(t *testing.T) {
 	wantCode(t, err, KindConflict, CodeNotRunning)
 	if e, _ := AsError(err); !strings.Contains(e.Message, "paused") {
 		t.Errorf("message %q does not say why", e.Message)
+	}
+}
+
+// The reaper removes expired sandboxes side by side: one whose removal
+// hangs holds up none of the others.
+func TestReaperIsNotHeldUpByOneSandbox(t *testing.T) {
+	e := newEnv(t, nil)
+	_, a := e.create(t, validRequest())
+	_, b := e.create(t, validRequest())
+	var calls atomic.Int32
+	second := make(chan struct{})
+	var once sync.Once
+	e.rt.Hook("Remove", func(context.Context, string) error {
+		if calls.Add(1) > 1 {
+			once.Do(func() { close(second) })
+			return nil
+		}
+		select {
+		case <-second:
+		case <-time.After(hangGuard):
+			t.Error("the reaper waited for one removal before starting the next")
+		}
+		return nil
+	})
+	e.clock.Advance(601 * time.Second)
+	e.m.Sweep(context.Background())
+	if e.rt.Exists(a) || e.rt.Exists(b) {
+		t.Errorf("after the sweep: %s exists %v, %s exists %v; want both reaped", a, e.rt.Exists(a), b, e.rt.Exists(b))
 	}
 }
