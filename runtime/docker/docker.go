@@ -61,6 +61,9 @@ type Docker struct {
 	pinErr     error // why mounts cannot be pinned; nil if they can
 	gates   gates // orders calls into a container with its pause
 	freezer *freezer
+
+	exitMu sync.Mutex
+	exited map[string]runtime.Container // last inspect of exited containers, for summary
 }
 
 var _ runtime.Runtime = (*Docker)(nil)
@@ -91,6 +94,7 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		mountDir: opts.MountDir,
 		freezer:  newFreezer(),
 		gates:    gates{grace: transferGrace},
+		exited:   map[string]runtime.Container{},
 	}
 	if d.agents, err = newAgentSet(opts.AgentBinaries, opts.EmbeddedAgents, opts.Logger); err != nil {
 		return nil, err
@@ -332,7 +336,9 @@ func (d *Docker) Start(ctx context.Context, id string) error {
 // Inspect implements runtime.Runtime.
 func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, error) {
 	if d.gates.busy(id) {
-		return d.summary(ctx, id)
+		if c, ok, err := d.summary(ctx, id); ok || err != nil {
+			return c, err
+		}
 	}
 	cctx, cancel := d.short(ctx)
 	defer cancel()
@@ -360,25 +366,40 @@ func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, err
 			c.FinishedAt = t
 		}
 	}
+	d.exitMu.Lock()
+	if c.Status == "exited" || c.Status == "dead" {
+		d.exited[id] = c
+	} else {
+		delete(d.exited, id)
+	}
+	d.exitMu.Unlock()
 	return c, nil
 }
 
 // summary answers Inspect from the engine's list, which dockerd serves
-// without the container's lock, while a transfer holds that lock. It lacks
-// the exit code and OOM flag, as List does.
-func (d *Docker) summary(ctx context.Context, id string) (runtime.Container, error) {
+// without the container's lock, while a transfer holds that lock. The list
+// lacks how an exited container ended: that comes from its last inspect.
+// ok is false if the list has no container of that exact id.
+func (d *Docker) summary(ctx context.Context, id string) (runtime.Container, bool, error) {
 	cctx, cancel := d.short(ctx)
 	defer cancel()
 	list, err := d.cli.ContainerList(cctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("id", id))})
 	if err != nil {
-		return runtime.Container{}, d.wrapContainer(ctx, err, id, "inspect container %s", id)
+		return runtime.Container{}, false, d.wrapContainer(ctx, err, id, "inspect container %s", id)
 	}
 	for _, c := range summaries(list) {
-		if c.ID == id {
-			return c, nil
+		if c.ID != id {
+			continue
 		}
+		d.exitMu.Lock()
+		last, known := d.exited[id]
+		d.exitMu.Unlock()
+		if known && c.Status == last.Status {
+			return last, true, nil
+		}
+		return c, true, nil
 	}
-	return runtime.Container{}, fmt.Errorf("inspect container %s: %w", id, runtime.ErrNotFound)
+	return runtime.Container{}, false, nil
 }
 
 // List implements runtime.Runtime.
@@ -440,6 +461,9 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 	defer func() {
 		end()
 		d.gates.forget(id)
+		d.exitMu.Lock()
+		delete(d.exited, id)
+		d.exitMu.Unlock()
 	}()
 	// dockerd cannot even kill a container stuck in a process start.
 	if _, err := d.freezer.thaw(id); err != nil && !errors.Is(err, errNotStuck) {

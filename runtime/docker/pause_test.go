@@ -167,3 +167,44 @@ func TestPauseCutsAStalledDownloadShort(t *testing.T) {
 		t.Errorf("Inspect after the transfer: %v (list asked %d times), want a real inspect", err, list.Load())
 	}
 }
+
+// While a transfer holds an exited container, inspect still tells how it
+// ended, from its last inspect.
+func TestInspectDuringTransferKeepsTheExitCode(t *testing.T) {
+	locked := make(chan struct{})
+	stat := base64.StdEncoding.EncodeToString([]byte(`{"name":"f","size":1,"mode":420}`))
+	d := fakeEngine(t, 0, false, map[string]http.HandlerFunc{
+		"GET /containers/c1/archive": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Docker-Container-Path-Stat", stat)
+			w.(http.Flusher).Flush()
+			close(locked)
+			<-r.Context().Done()
+		},
+		"GET /containers/c1/json": func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-locked:
+				<-r.Context().Done()
+			default:
+				io.WriteString(w, `{"Id":"c1","State":{"Status":"exited","ExitCode":3,"OOMKilled":true}}`)
+			}
+		},
+		"GET /containers/json": func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `[{"Id":"c1","State":"exited"}]`)
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if _, err := d.Inspect(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err := d.GetArchive(ctx, "c1", "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	<-locked
+	c, err := d.Inspect(ctx, "c1")
+	if err != nil || c.ExitCode != 3 || !c.OOMKilled || c.Status != "exited" {
+		t.Errorf("Inspect during a transfer = %+v, %v; want exit code 3, OOM killed", c, err)
+	}
+}
