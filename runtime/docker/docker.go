@@ -59,8 +59,9 @@ type Docker struct {
 	pinMu      sync.Mutex
 	pinDecided bool
 	pinErr     error // why mounts cannot be pinned; nil if they can
-	gates      gates // orders calls into a container with its pause
-	freezer    *freezer
+
+	gates   gates // orders calls into a container with its pause
+	freezer *freezer
 
 	exitMu sync.Mutex
 	exited map[string]runtime.Container // last inspect of exited containers, for summary
