@@ -22,6 +22,7 @@ import (
 // from starting, waits for process starts to finish (they cannot be cut
 // short), gives transfers (archive and stat calls) transferGrace to finish
 // and then aborts them.
+//
 // A process start is refused while the container is paused; a transfer is
 // not, as dockerd copies from the host side without running anything in
 // the container.
@@ -44,7 +45,7 @@ var errAborted = fmt.Errorf("transfer cut short: the container was paused, resum
 type gate struct {
 	starts    int                    // process starts being set up
 	transfers map[*transfer]struct{} // in flight
-	exclusive int                    // exclusive calls under way
+	exclusive bool                   // an exclusive call is under way
 	paused    bool                   // paused by this process and not resumed since
 	// changed is closed, and replaced, whenever the fields change.
 	changed chan struct{}
@@ -98,7 +99,7 @@ func (gs *gates) change(g *gate, fn func()) {
 	g.notify()
 }
 
-func noExclusive(g *gate) bool { return g.exclusive == 0 }
+func noExclusive(g *gate) bool { return !g.exclusive }
 
 // start admits a process start (exec create, start and attach) in
 // container id and returns the function that ends its set-up. It waits
@@ -155,11 +156,11 @@ func (gs *gates) acquire(ctx context.Context, id string) (end func(), err error)
 	if err != nil {
 		return nil, fmt.Errorf("wait for another pause, resume, commit or removal of container %s: %w", id, err)
 	}
-	g.exclusive++
+	g.exclusive = true
 	g.notify()
 	gs.mu.Unlock()
 	var once sync.Once
-	return func() { once.Do(func() { gs.change(g, func() { g.exclusive-- }) }) }, nil
+	return func() { once.Do(func() { gs.change(g, func() { g.exclusive = false }) }) }, nil
 }
 
 // drain, within an exclusive call, waits for the process starts in

@@ -51,7 +51,7 @@ func TestGatePauseWaitsForProcessStart(t *testing.T) {
 		_, err := gs.exclusive(ctx, ctrA, 0)
 		failed <- err
 	}()
-	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.exclusive == 1 })
+	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.exclusive })
 	cancel()
 	if err := <-failed; !errors.Is(err, context.Canceled) {
 		t.Fatalf("pause during a process start = %v, want it to wait until cancelled", err)
@@ -66,7 +66,7 @@ func TestGatePauseWaitsForProcessStart(t *testing.T) {
 		}
 		paused <- end
 	}()
-	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.exclusive == 1 })
+	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.exclusive })
 	release()
 	release() // twice is harmless
 	end := <-paused
@@ -123,7 +123,7 @@ func TestGateNothingStartsDuringAPause(t *testing.T) {
 		t.Fatalf("transfer while paused: %v", err)
 	}
 	release()
-	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.starts == 0 && g.exclusive == 0 && len(g.transfers) == 0 })
+	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.starts == 0 && !g.exclusive && len(g.transfers) == 0 })
 }
 
 func TestGatePauseLetsATransferFinish(t *testing.T) {
@@ -143,7 +143,7 @@ func TestGatePauseLetsATransferFinish(t *testing.T) {
 		}
 		paused <- err
 	}()
-	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.exclusive == 1 })
+	waitFor(t, &gs, ctrA, func(g *gate) bool { return g.exclusive })
 	select {
 	case err := <-paused:
 		t.Fatalf("pause returned (%v) while a transfer within its grace was in flight", err)
