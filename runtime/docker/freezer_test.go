@@ -11,20 +11,20 @@ import (
 
 const stuckID = "0d06bb9f6b95c0d2a1b7e03a450291b719b1e14ace5a2d533466d2cedeca4ef5"
 
-// fakeHost is a cgroup and proc tree in a temp dir.
-type fakeHost struct {
+// fakeCgroups is a cgroup and proc tree in a temp dir.
+type fakeCgroups struct {
 	f   *freezer
 	dir string // the container's cgroup
 }
 
-// newFakeHost lays out one container's freeze control (rel, under the
+// newFakeCgroups lays out one container's freeze control (rel, under the
 // cgroup root) holding state, and processes pid -> argv.
-func newFakeHost(t *testing.T, rel, state string, procs map[string][]string) *fakeHost {
+func newFakeCgroups(t *testing.T, rel, state string, procs map[string][]string) *fakeCgroups {
 	t.Helper()
 	root := t.TempDir()
 	f := &freezer{cgroupRoot: filepath.Join(root, "cgroup"), procRoot: filepath.Join(root, "proc"), settle: hangGuard, poll: time.Millisecond}
 	ctl := filepath.Join(f.cgroupRoot, rel)
-	h := &fakeHost{f: f, dir: filepath.Dir(ctl)}
+	h := &fakeCgroups{f: f, dir: filepath.Dir(ctl)}
 	must(t, os.MkdirAll(h.dir, 0o755))
 	must(t, os.WriteFile(ctl, []byte(state+"\n"), 0o644))
 	var pids []string
@@ -37,12 +37,12 @@ func newFakeHost(t *testing.T, rel, state string, procs map[string][]string) *fa
 	return h
 }
 
-func (h *fakeHost) setProcs(t *testing.T, pids ...string) {
+func (h *fakeCgroups) setProcs(t *testing.T, pids ...string) {
 	t.Helper()
 	must(t, os.WriteFile(filepath.Join(h.dir, "cgroup.procs"), []byte(strings.Join(pids, "\n")), 0o644))
 }
 
-func (h *fakeHost) state(t *testing.T, rel string) string {
+func (h *fakeCgroups) state(t *testing.T, rel string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(h.f.cgroupRoot, rel))
 	must(t, err)
@@ -68,7 +68,7 @@ func TestFreezerThawsAStuckStart(t *testing.T) {
 		{"docker/" + stuckID + "/cgroup.freeze", "1", "0"},
 		{"system.slice/docker-" + stuckID + ".scope/cgroup.freeze", "1", "0"},
 	} {
-		h := newFakeHost(t, tc.rel, tc.frozen, map[string][]string{"10": sleeper, "11": runcInit})
+		h := newFakeCgroups(t, tc.rel, tc.frozen, map[string][]string{"10": sleeper, "11": runcInit})
 		// runc's init finishes its start once thawed.
 		finished := make(chan struct{})
 		go func() {
@@ -105,7 +105,7 @@ func TestFreezerLeavesOthersAlone(t *testing.T) {
 		{"an id that is a path", "../../" + stuckID[6:], "FROZEN", map[string][]string{"11": runcInit}},
 		{"an unknown container", strings.Repeat("e", 64), "FROZEN", map[string][]string{"11": runcInit}},
 	} {
-		h := newFakeHost(t, rel, tc.state, tc.procs)
+		h := newFakeCgroups(t, rel, tc.state, tc.procs)
 		if _, err := h.f.thaw(tc.id); !errors.Is(err, errNotStuck) {
 			t.Errorf("%s: thaw = %v, want errNotStuck", tc.name, err)
 		}
@@ -117,7 +117,7 @@ func TestFreezerLeavesOthersAlone(t *testing.T) {
 
 func TestFreezerReportsAStartThatStaysStuck(t *testing.T) {
 	const rel = "freezer/docker/" + stuckID + "/freezer.state"
-	h := newFakeHost(t, rel, "FROZEN", map[string][]string{"11": runcInit})
+	h := newFakeCgroups(t, rel, "FROZEN", map[string][]string{"11": runcInit})
 	h.f.settle = 0
 	if _, err := h.f.thaw(stuckID); err == nil || errors.Is(err, errNotStuck) {
 		t.Fatalf("thaw with runc's init still inside = %v, want an error", err)
