@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime"
@@ -159,45 +160,93 @@ func (m *Manager) busy(ctx context.Context, rec *Record) bool {
 func (m *Manager) Sweep(ctx context.Context) {
 	m.metrics.ReaperRuns.Add(1)
 	m.persistActivity()
+	m.repairStuck(ctx)
 	recs, err := m.store.Sandboxes()
 	if err != nil {
 		m.log.Error("reaper: read records", "err", err)
 		return
 	}
 	now := m.now()
+	// Sandboxes are reaped side by side, so that one the engine is slow or
+	// stuck on holds up none of the others.
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, reapParallel)
 	for _, rec := range recs {
 		if rec.State != recordReady {
 			continue
 		}
-		e, ok := m.expiry(rec)
-		if !ok || now.Before(e.at) {
+		if e, ok := m.expiry(rec); !ok || now.Before(e.at) {
 			continue
 		}
-		if e.renews {
-			if m.busy(ctx, rec) {
-				m.log.Debug("deadline reached with work running; keeping", "sandbox_id", rec.ID)
-				m.Touch(rec.ID)
-				continue
-			}
-			// A request may have come in while the agent answered.
-			if e, _ = m.expiry(rec); m.now().Before(e.at) {
-				continue
-			}
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			m.reap(ctx, rec)
+		}()
+	}
+	wg.Wait()
+}
+
+// reapParallel bounds the sandboxes one sweep reaps at once.
+const reapParallel = 8
+
+// reap removes a sandbox whose deadline has passed, unless running work
+// moves a deadline that activity can move.
+func (m *Manager) reap(ctx context.Context, rec *Record) {
+	e, _ := m.expiry(rec)
+	if e.renews {
+		if m.busy(ctx, rec) {
+			m.log.Debug("deadline reached with work running; keeping", "sandbox_id", rec.ID)
+			m.Touch(rec.ID)
+			return
 		}
-		reason := "expired"
-		if e.idle {
-			reason = "idle"
+		// A request may have come in while the agent answered.
+		if e, _ = m.expiry(rec); m.now().Before(e.at) {
+			return
 		}
-		if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
-			m.log.Error("reaper: remove sandbox", "sandbox_id", rec.ID, "reason", reason, "err", err)
+	}
+	reason := "expired"
+	if e.idle {
+		reason = "idle"
+	}
+	if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
+		m.log.Error("reaper: remove sandbox", "sandbox_id", rec.ID, "reason", reason, "err", err)
+		return
+	}
+	if reason == "idle" {
+		m.metrics.ReapedIdle.Add(1)
+	} else {
+		m.metrics.ReapedExpired.Add(1)
+	}
+	m.log.Info("sandbox reaped", "sandbox_id", rec.ID, "reason", reason)
+}
+
+// repairStuck frees the paused sandboxes that the engine is stuck on, so
+// that they can be resumed and removed again instead of leaking. Only a
+// pause from elsewhere (another client, or a sandboxd before a restart) can
+// leave one: this one never pauses while starting a process in a sandbox.
+func (m *Manager) repairStuck(ctx context.Context) {
+	rp, ok := m.rt.(runtime.Repairer)
+	if !ok {
+		return
+	}
+	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
+	if err != nil {
+		return // the sweep's own calls report an engine that is down
+	}
+	for _, c := range conts {
+		if !c.Paused {
 			continue
 		}
-		if reason == "idle" {
-			m.metrics.ReapedIdle.Add(1)
-		} else {
-			m.metrics.ReapedExpired.Add(1)
+		fixed, err := rp.Repair(ctx, c.ID)
+		switch {
+		case err != nil:
+			m.log.Error("reaper: repair paused sandbox stuck in a process start", "sandbox_id", c.Labels[LabelID], "container", c.ID, "err", err)
+		case fixed:
+			m.log.Warn("reaper: repaired paused sandbox stuck in a process start", "sandbox_id", c.Labels[LabelID], "container", c.ID)
 		}
-		m.log.Info("sandbox reaped", "sandbox_id", rec.ID, "reason", reason)
 	}
 }
 

@@ -419,8 +419,12 @@ func (m *Manager) fileError(err error, p string) error {
 	if errors.Is(err, runtime.ErrNotFound) {
 		return errf(KindNotFound, CodeFileNotFound, "file not found: %s", p)
 	}
-	if errors.Is(err, runtime.ErrUnavailable) {
-		return m.engineError(err, "file transfer")
+	if errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, runtime.ErrContainerTimeout) {
+		return m.engineError(err, "file transfer "+p)
+	}
+	if errors.Is(err, runtime.ErrConflict) {
+		// A pause, resume or delete cut the transfer short.
+		return &Error{Kind: KindConflict, Code: CodeNotRunning, Message: "file transfer " + p + " was cut short: the sandbox was paused, resumed or deleted meanwhile; retry", Err: err}
 	}
 	return &Error{Kind: KindInternal, Code: CodeRuntimeError, Message: fmt.Sprintf("file transfer %s: %v", p, err), Err: err}
 }

@@ -140,6 +140,11 @@ func (m *Manager) engineError(err error, what string) error {
 	if _, ok := AsError(err); ok {
 		return err
 	}
+	if errors.Is(err, runtime.ErrContainerTimeout) {
+		// The engine answers, but is stuck on this one container:
+		// other sandboxes work, so the engine is not "unreachable".
+		return &Error{Kind: KindUnavailable, Code: CodeEngineTimeout, Message: "the Docker engine did not answer in time (" + what + ") though it answers for the others; retry later", Err: err}
+	}
 	if errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		return &Error{Kind: KindUnavailable, Code: CodeDockerUnavailable, Message: "the Docker engine is unreachable (" + what + "); retry when it is back", Err: err}
 	}
@@ -555,7 +560,7 @@ func (m *Manager) inspect(ctx context.Context, rec *Record) (runtime.Container, 
 		return c, notFound(rec.ID)
 	}
 	if err != nil {
-		return c, m.engineError(err, "inspect sandbox")
+		return c, m.engineError(err, "inspect sandbox "+rec.ID)
 	}
 	return c, nil
 }
@@ -798,6 +803,9 @@ func (m *Manager) Transport(ctx context.Context, id string) (http.RoundTripper, 
 	if errors.Is(err, runtime.ErrNotFound) {
 		_, ierr := m.inspect(ctx, rec)
 		return nil, ierr
+	}
+	if errors.Is(err, runtime.ErrContainerTimeout) {
+		return nil, m.engineError(err, "start the agent of sandbox "+id)
 	}
 	if errors.Is(err, runtime.ErrConflict) {
 		c, ierr := m.inspect(ctx, rec)

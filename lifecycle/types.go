@@ -68,6 +68,7 @@ const (
 	CodeDeleteFailed        = "DOCKER::SANDBOX_DELETE_FAILED"
 	CodeQueryFailed         = "DOCKER::SANDBOX_QUERY_FAILED"
 	CodeDockerUnavailable   = "DOCKER::INITIALIZATION_ERROR"
+	CodeEngineTimeout       = "DOCKER::SANDBOX_ENGINE_TIMEOUT"
 	CodeAgentFailed         = "DOCKER::SANDBOX_EXECD_START_FAILED"
 	CodeAPINotSupported     = "SANDBOX::API_NOT_SUPPORTED"
 	CodeUnsupportedPoolRef  = "SANDBOX::UNSUPPORTED_POOL_REF"

@@ -18,7 +18,18 @@ var (
 	ErrNotFound    = errors.New("not found")
 	ErrConflict    = errors.New("conflict")
 	ErrUnavailable = errors.New("container engine unavailable")
+	// ErrContainerTimeout: the engine answers, but a call about one
+	// container did not finish in time (the engine is stuck on it).
+	ErrContainerTimeout = errors.New("container engine call timed out")
 )
+
+// Repairer is implemented by runtimes that can free a container the engine
+// is stuck on (a Docker container frozen while runc started a process in
+// it). Repair reports whether the container needed it; it is cheap when
+// not, so callers may try it on every paused sandbox.
+type Repairer interface {
+	Repair(ctx context.Context, id string) (bool, error)
+}
 
 // Runtime creates and drives sandbox containers.
 type Runtime interface {
@@ -51,6 +62,10 @@ type Runtime interface {
 	// Logs streams the container's combined stdout and stderr as plain text.
 	Logs(ctx context.Context, id string, tail int, since time.Time) (io.ReadCloser, error)
 
+	// The archive and stat calls work on a paused container too. A Pause,
+	// Unpause, Commit or Remove may cut one in flight short: it then fails
+	// with ErrConflict.
+
 	// PutArchive extracts a tar stream into dir inside the container.
 	PutArchive(ctx context.Context, id, dir string, tar io.Reader) error
 	// GetArchive returns a tar stream of path inside the container.
@@ -59,7 +74,8 @@ type Runtime interface {
 	StatPath(ctx context.Context, id, path string) (PathStat, error)
 
 	// Agent returns a transport to the agent inside the container, starting
-	// the agent if it is not running. Requests sent through it reach the
+	// the agent if it is not running (ErrConflict if the container is
+	// paused: nothing can start in it). Requests sent through it reach the
 	// agent's execd API whatever the URL host is.
 	Agent(ctx context.Context, id string) (http.RoundTripper, error)
 

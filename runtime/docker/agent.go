@@ -121,7 +121,9 @@ func (a *agentVolume) fill(ctx context.Context, d *Docker, helperID string) erro
 // agentSession is one running agent: an exec whose stdin/stdout carry a
 // yamux session.
 type agentSession struct {
-	mu     sync.Mutex // serialises starts for one container
+	// start serialises starts for one container; a channel, so that a
+	// caller waiting for another's start can give up.
+	start  chan struct{}
 	client *agent.Client
 }
 
@@ -149,13 +151,17 @@ func (d *Docker) Agent(ctx context.Context, id string) (http.RoundTripper, error
 	d.mu.Lock()
 	s := d.sessions[id]
 	if s == nil {
-		s = &agentSession{}
+		s = &agentSession{start: make(chan struct{}, 1)}
 		d.sessions[id] = s
 	}
 	d.mu.Unlock()
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	select {
+	case s.start <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("start agent in %s: wait for another start: %w", id, ctx.Err())
+	}
+	defer func() { <-s.start }()
 	if s.alive() {
 		return s.client.Transport(), nil
 	}
@@ -177,9 +183,22 @@ func (d *Docker) dropSession(id string) {
 	}
 }
 
+// agentStartTimeout bounds an agent's start: exec create and start, and
+// its first answer (the agent may have to start its daemon first, which a
+// loaded machine can make slow).
+const agentStartTimeout = 30 * time.Second
+
+// startAgent starts the agent's exec and waits until the agent answers. The
+// exec counts as being set up (see gates) until then: once the agent
+// answers, runc has finished starting it, and a pause can no longer catch
+// runc half-way.
 func (d *Docker) startAgent(ctx context.Context, id string) (*agent.Client, error) {
-	cctx, cancel := d.call(ctx)
+	cctx, cancel := context.WithTimeout(ctx, min(d.timeout, agentStartTimeout))
 	defer cancel()
+	release, err := d.gates.start(cctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("start agent in %s: %w", id, err)
+	}
 	exec, err := d.cli.ContainerExecCreate(cctx, id, container.ExecOptions{
 		Cmd:          []string{agentPath, "agent"},
 		AttachStdin:  true,
@@ -187,10 +206,46 @@ func (d *Docker) startAgent(ctx context.Context, id string) (*agent.Client, erro
 		AttachStderr: true,
 	})
 	if err != nil {
-		return nil, wrap(err, "start agent in %s", id)
+		release()
+		return nil, d.wrapContainer(ctx, err, id, "start agent in %s", id)
 	}
-	// The hijacked connection outlives this request: dial without its context.
-	hr, err := d.cli.ContainerExecAttach(context.Background(), exec.ID, container.ExecAttachOptions{})
+	// The exec start cannot be cancelled (the hijacked connection outlives
+	// the request and ignores its context), so it runs on its own; if it
+	// answers after cctx ends, it is dropped and only then is the gate
+	// released.
+	started := make(chan agentStart, 1)
+	go func() {
+		client, err := d.attachAgent(id, exec.ID)
+		release()
+		started <- agentStart{client, err}
+	}()
+	select {
+	case st := <-started:
+		if st.err != nil {
+			return nil, st.err
+		}
+		d.log.Debug("agent started", "sandbox_container", id)
+		return st.client, nil
+	case <-cctx.Done():
+		go func() {
+			if st := <-started; st.client != nil {
+				st.client.Close()
+			}
+		}()
+		return nil, d.wrapContainer(ctx, cctx.Err(), id, "start agent in %s", id)
+	}
+}
+
+type agentStart struct {
+	client *agent.Client
+	err    error
+}
+
+// attachAgent starts exec execID of container id and returns the session to
+// the agent once the agent has answered. It returns when the agent answers
+// or its stream ends.
+func (d *Docker) attachAgent(id, execID string) (*agent.Client, error) {
+	hr, err := d.cli.ContainerExecAttach(context.Background(), execID, container.ExecAttachOptions{})
 	if err != nil {
 		return nil, wrap(err, "attach agent in %s", id)
 	}
@@ -200,7 +255,17 @@ func (d *Docker) startAgent(ctx context.Context, id string) (*agent.Client, erro
 		conn.Close()
 		return nil, fmt.Errorf("agent session in %s: %w", id, err)
 	}
-	d.log.Debug("agent started", "sandbox_container", id)
+	req, _ := http.NewRequest(http.MethodGet, "http://agent/ping", nil)
+	resp, err := client.Transport().RoundTrip(req)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("agent in %s did not answer: %w", id, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		client.Close()
+		return nil, fmt.Errorf("agent in %s answered its ping with %s", id, resp.Status)
+	}
 	return client, nil
 }
 

@@ -59,6 +59,12 @@ type Docker struct {
 	pinMu      sync.Mutex
 	pinDecided bool
 	pinErr     error // why mounts cannot be pinned; nil if they can
+
+	gates   gates // orders calls into a container with its pause
+	freezer *freezer
+
+	exitMu sync.Mutex
+	exited map[string]runtime.Container // last inspect of exited containers, for summary
 }
 
 var _ runtime.Runtime = (*Docker)(nil)
@@ -87,6 +93,9 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		log:      opts.Logger,
 		sessions: map[string]*agentSession{},
 		mountDir: opts.MountDir,
+		freezer:  newFreezer(),
+		gates:    gates{grace: transferGrace},
+		exited:   map[string]runtime.Container{},
 	}
 	if d.agents, err = newAgentSet(opts.AgentBinaries, opts.EmbeddedAgents, opts.Logger); err != nil {
 		return nil, err
@@ -98,6 +107,33 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 // call bounds a non-streaming Engine API call by the configured timeout.
 func (d *Docker) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d.timeout)
+}
+
+// containerTimeout bounds each call about one container that can hang on
+// that container alone (inspect, pause, unpause, exec set-up, stat), well
+// below [docker] api_timeout, so that one stuck container is reported as
+// such quickly and holds nothing up meanwhile.
+const containerTimeout = 30 * time.Second
+
+// short bounds a call about one container by containerTimeout (or the API
+// timeout if that is shorter).
+func (d *Docker) short(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, min(d.timeout, containerTimeout))
+}
+
+// wrapContainer is wrap for a call about container id bounded by short: if
+// the call ran out of time while the engine still answers pings, the engine
+// is stuck on this container (runtime.ErrContainerTimeout), not down.
+func (d *Docker) wrapContainer(ctx context.Context, err error, id, format string, args ...any) error {
+	if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+		return wrap(err, format, args...)
+	}
+	pctx, cancel := d.short(ctx)
+	defer cancel()
+	if d.Ping(pctx) != nil {
+		return wrap(err, format, args...)
+	}
+	return fmt.Errorf("%s: %w: the engine answers pings but not about container %s within %s", fmt.Sprintf(format, args...), runtime.ErrContainerTimeout, id, min(d.timeout, containerTimeout))
 }
 
 // wrap maps Docker client errors onto the runtime's sentinel errors.
@@ -300,11 +336,16 @@ func (d *Docker) Start(ctx context.Context, id string) error {
 
 // Inspect implements runtime.Runtime.
 func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, error) {
-	ctx, cancel := d.call(ctx)
+	if d.gates.busy(id) {
+		if c, ok, err := d.summary(ctx, id); ok || err != nil {
+			return c, err
+		}
+	}
+	cctx, cancel := d.short(ctx)
 	defer cancel()
-	info, err := d.cli.ContainerInspect(ctx, id)
+	info, err := d.cli.ContainerInspect(cctx, id)
 	if err != nil {
-		return runtime.Container{}, wrap(err, "inspect container %s", id)
+		return runtime.Container{}, d.wrapContainer(ctx, err, id, "inspect container %s", id)
 	}
 	c := runtime.Container{
 		ID:   info.ID,
@@ -326,7 +367,40 @@ func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, err
 			c.FinishedAt = t
 		}
 	}
+	d.exitMu.Lock()
+	if c.Status == "exited" || c.Status == "dead" {
+		d.exited[id] = c
+	} else {
+		delete(d.exited, id)
+	}
+	d.exitMu.Unlock()
 	return c, nil
+}
+
+// summary answers Inspect from the engine's list, which dockerd serves
+// without the container's lock, while a transfer holds that lock. The list
+// lacks how an exited container ended: that comes from its last inspect.
+// ok is false if the list has no container of that exact id.
+func (d *Docker) summary(ctx context.Context, id string) (runtime.Container, bool, error) {
+	cctx, cancel := d.short(ctx)
+	defer cancel()
+	list, err := d.cli.ContainerList(cctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("id", id))})
+	if err != nil {
+		return runtime.Container{}, false, d.wrapContainer(ctx, err, id, "inspect container %s", id)
+	}
+	for _, c := range summaries(list) {
+		if c.ID != id {
+			continue
+		}
+		d.exitMu.Lock()
+		last, known := d.exited[id]
+		d.exitMu.Unlock()
+		if known && c.Status == last.Status {
+			return last, true, nil
+		}
+		return c, true, nil
+	}
+	return runtime.Container{}, false, nil
 }
 
 // List implements runtime.Runtime.
@@ -345,6 +419,11 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]runtime.
 	if err != nil {
 		return nil, wrap(err, "list containers")
 	}
+	return summaries(list), nil
+}
+
+// summaries converts the engine's list entries.
+func summaries(list []container.Summary) []runtime.Container {
 	out := make([]runtime.Container, 0, len(list))
 	for _, s := range list {
 		c := runtime.Container{
@@ -361,7 +440,7 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]runtime.
 		}
 		out = append(out, c)
 	}
-	return out, nil
+	return out
 }
 
 // removeAttempts and removeRetryDelay shape Remove's retries.
@@ -376,8 +455,29 @@ const (
 // refused removal is tried again; a container already gone is removed.
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	d.dropSession(id)
+	end, err := d.gates.acquire(ctx, id)
+	if err != nil {
+		return wrap(err, "remove container %s", id)
+	}
+	defer func() {
+		end()
+		d.gates.forget(id)
+		d.exitMu.Lock()
+		delete(d.exited, id)
+		d.exitMu.Unlock()
+	}()
+	// dockerd cannot even kill a container stuck in a process start.
+	if _, err := d.freezer.thaw(id); err != nil && !errors.Is(err, errNotStuck) {
+		d.log.Warn("thaw stuck container before removal", "container", id, "err", err)
+	}
+	// Transfers hold the container's lock: abort them at once. A process
+	// start still going after containerTimeout is killed with the rest.
+	dctx, cancel := d.short(ctx)
+	if err := d.gates.drain(dctx, id, 0); err != nil {
+		d.log.Warn("removing container with a process start under way", "container", id, "err", err)
+	}
+	cancel()
 	release := d.releasePins(ctx, id)
-	var err error
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := d.call(ctx)
 		err = wrap(d.cli.ContainerRemove(cctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}), "remove container %s", id)
@@ -398,24 +498,104 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 	}
 }
 
-// Pause implements runtime.Runtime.
+// Pause implements runtime.Runtime. It is ordered with the calls that
+// reach into the container (see gates).
 func (d *Docker) Pause(ctx context.Context, id string) error {
-	ctx, cancel := d.call(ctx)
+	cctx, cancel := d.short(ctx)
 	defer cancel()
-	return wrap(d.cli.ContainerPause(ctx, id), "pause container %s", id)
+	end, err := d.gates.exclusive(cctx, id, d.gates.grace)
+	if err != nil {
+		return d.wrapContainer(ctx, err, id, "pause container %s", id)
+	}
+	defer end()
+	for attempt := 1; ; attempt++ {
+		err = d.cli.ContainerPause(cctx, id)
+		// runc gives up, and thaws the container again, when a process
+		// does not freeze in time (one in uninterruptible I/O on a loaded
+		// host); a later try usually succeeds.
+		if err == nil || attempt == pauseAttempts || !strings.Contains(err.Error(), "unable to freeze") {
+			break
+		}
+		d.log.Warn("container did not freeze; retrying", "container", id, "err", err)
+		select {
+		case <-cctx.Done():
+		case <-time.After(pauseRetryDelay):
+		}
+	}
+	if err != nil {
+		return d.wrapContainer(ctx, err, id, "pause container %s", id)
+	}
+	d.gates.setPaused(id, true)
+	return nil
 }
 
-// Unpause implements runtime.Runtime.
+// pauseAttempts and pauseRetryDelay shape Pause's retries.
+const (
+	pauseAttempts   = 3
+	pauseRetryDelay = 200 * time.Millisecond
+)
+
+// Unpause implements runtime.Runtime. It is ordered like Pause: dockerd
+// would wait for a transfer in flight.
 func (d *Docker) Unpause(ctx context.Context, id string) error {
-	ctx, cancel := d.call(ctx)
+	cctx, cancel := d.short(ctx)
 	defer cancel()
-	return wrap(d.cli.ContainerUnpause(ctx, id), "unpause container %s", id)
+	end, err := d.gates.exclusive(cctx, id, d.gates.grace)
+	if err != nil {
+		return d.wrapContainer(ctx, err, id, "unpause container %s", id)
+	}
+	defer end()
+	if err := d.cli.ContainerUnpause(cctx, id); err != nil {
+		return d.wrapContainer(ctx, err, id, "unpause container %s", id)
+	}
+	d.gates.setPaused(id, false)
+	return nil
 }
 
-// Commit implements runtime.Runtime.
+// Commit implements runtime.Runtime. Docker pauses the container while it
+// commits, so the commit is ordered like a pause.
 func (d *Docker) Commit(ctx context.Context, id, ref string) error {
-	_, err := d.cli.ContainerCommit(ctx, id, container.CommitOptions{Reference: ref, Pause: true})
+	wctx, cancel := d.short(ctx)
+	end, err := d.gates.exclusive(wctx, id, d.gates.grace)
+	cancel()
+	if err != nil {
+		return d.wrapContainer(ctx, err, id, "commit container %s", id)
+	}
+	defer end()
+	_, err = d.cli.ContainerCommit(ctx, id, container.CommitOptions{Reference: ref, Pause: true})
 	return wrap(err, "commit container %s", id)
+}
+
+// Repair implements runtime.Repairer: a container frozen while runc was
+// starting a process in it (paused by another client, or by a sandboxd
+// before this one) is thawed so that the start finishes, then frozen again
+// if the engine still records it as paused.
+func (d *Docker) Repair(ctx context.Context, id string) (bool, error) {
+	if _, stuck := d.freezer.stuck(id); !stuck {
+		return false, nil
+	}
+	// Ordered with this process's own pause and resume, so that the
+	// container is not frozen again after a resume.
+	end, err := d.gates.acquire(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	defer end()
+	c, err := d.freezer.thaw(id)
+	if errors.Is(err, errNotStuck) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	info, err := d.Inspect(ctx, id)
+	if err != nil {
+		return true, err
+	}
+	if info.Paused {
+		return true, d.freezer.refreeze(c)
+	}
+	return true, nil
 }
 
 // RemoveImage implements runtime.Runtime.
@@ -449,29 +629,82 @@ func (d *Docker) Logs(ctx context.Context, id string, tail int, since time.Time)
 	return pr, nil
 }
 
-// PutArchive implements runtime.Runtime.
+// PutArchive implements runtime.Runtime. A pause lets it finish within
+// transferGrace, then aborts it (errAborted).
 func (d *Docker) PutArchive(ctx context.Context, id, dir string, tar io.Reader) error {
+	tctx, release, err := d.gates.transfer(ctx, id)
+	if err != nil {
+		return wrap(err, "copy into container %s:%s", id, dir)
+	}
+	defer release()
 	// CopyUIDGID: files belong to the container's user, as if it wrote them.
-	err := d.cli.CopyToContainer(ctx, id, dir, tar, container.CopyToContainerOptions{CopyUIDGID: true})
-	return wrap(err, "copy into container %s:%s", id, dir)
+	err = d.cli.CopyToContainer(tctx, id, dir, tar, container.CopyToContainerOptions{CopyUIDGID: true})
+	return wrap(aborted(tctx, err), "copy into container %s:%s", id, dir)
 }
 
-// GetArchive implements runtime.Runtime.
+// GetArchive implements runtime.Runtime. The transfer lasts until the
+// stream is closed; a pause lets it finish within transferGrace, then
+// aborts it, and reading it fails with errAborted.
 func (d *Docker) GetArchive(ctx context.Context, id, path string) (io.ReadCloser, runtime.PathStat, error) {
-	rc, st, err := d.cli.CopyFromContainer(ctx, id, path)
+	tctx, release, err := d.gates.transfer(ctx, id)
 	if err != nil {
 		return nil, runtime.PathStat{}, wrap(err, "copy from container %s:%s", id, path)
 	}
-	return rc, pathStat(st), nil
+	// The deadline covers the answer only: the context also carries the
+	// stream.
+	sctx, stop := context.WithCancelCause(tctx)
+	timer := time.AfterFunc(min(d.timeout, containerTimeout), func() { stop(context.DeadlineExceeded) })
+	rc, st, err := d.cli.CopyFromContainer(sctx, id, path)
+	if !timer.Stop() { // the answer came too late
+		if err == nil {
+			rc.Close()
+		}
+		err = context.DeadlineExceeded
+	}
+	end := func() {
+		stop(nil)
+		release()
+	}
+	if err != nil {
+		end()
+		return nil, runtime.PathStat{}, d.wrapContainer(ctx, aborted(tctx, err), id, "copy from container %s:%s", id, path)
+	}
+	return &transferStream{rc: rc, tctx: tctx, end: end}, pathStat(st), nil
+}
+
+// transferStream is an archive stream that ends its transfer when closed.
+type transferStream struct {
+	rc   io.ReadCloser
+	tctx context.Context
+	end  func()
+}
+
+func (s *transferStream) Read(p []byte) (int, error) {
+	n, err := s.rc.Read(p)
+	if err != nil && err != io.EOF {
+		err = aborted(s.tctx, err)
+	}
+	return n, err
+}
+
+func (s *transferStream) Close() error {
+	err := s.rc.Close()
+	s.end()
+	return err
 }
 
 // StatPath implements runtime.Runtime.
 func (d *Docker) StatPath(ctx context.Context, id, path string) (runtime.PathStat, error) {
-	ctx, cancel := d.call(ctx)
-	defer cancel()
-	st, err := d.cli.ContainerStatPath(ctx, id, path)
+	tctx, release, err := d.gates.transfer(ctx, id)
 	if err != nil {
 		return runtime.PathStat{}, wrap(err, "stat %s in container %s", path, id)
+	}
+	defer release()
+	cctx, cancel := d.short(tctx)
+	defer cancel()
+	st, err := d.cli.ContainerStatPath(cctx, id, path)
+	if err != nil {
+		return runtime.PathStat{}, d.wrapContainer(ctx, aborted(tctx, err), id, "stat %s in container %s", path, id)
 	}
 	return pathStat(st), nil
 }

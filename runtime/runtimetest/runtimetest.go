@@ -55,9 +55,15 @@ type Runtime struct {
 	createErr   error
 	pingErr     error
 	enginePaths []string
+	hooks       map[string]func(ctx context.Context, id string) error // by method
+	stuck       map[string]bool                                       // by container id
+	repairs     int
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime  = (*Runtime)(nil)
+	_ runtime.Repairer = (*Runtime)(nil)
+)
 
 // New returns an empty runtime that stamps containers' creation with now,
 // so that tests on a fake clock see consistent times. Its agent answers
@@ -68,7 +74,68 @@ func New(now func() time.Time) *Runtime {
 		containers: map[string]*container{},
 		volumes:    map[string]map[string]string{},
 		agent:      http.NotFoundHandler(),
+		hooks:      map[string]func(context.Context, string) error{},
+		stuck:      map[string]bool{},
 	}
+}
+
+// Hook makes every call of method ("Inspect", "Pause", "Unpause", "Agent",
+// "StatPath", "GetArchive", "PutArchive", "Remove") first run fn with the
+// call's context and container. fn may block, to inject a delay, or fail
+// the call. A nil fn removes the hook.
+func (f *Runtime) Hook(method string, fn func(ctx context.Context, id string) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fn == nil {
+		delete(f.hooks, method)
+	} else {
+		f.hooks[method] = fn
+	}
+}
+
+// Stick makes the engine stuck on a container, as Docker is on one frozen
+// while runc started a process in it: its calls fail with
+// runtime.ErrContainerTimeout until Repair or Remove.
+func (f *Runtime) Stick(t testing.TB, id string) {
+	t.Helper()
+	f.mustWith(t, id, func(c *container) { f.stuck[c.c.ID] = true })
+}
+
+// Repairs is the number of containers Repair has freed.
+func (f *Runtime) Repairs() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.repairs
+}
+
+// Repair implements runtime.Repairer.
+func (f *Runtime) Repair(_ context.Context, id string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.stuck[id] {
+		return false, nil
+	}
+	delete(f.stuck, id)
+	f.repairs++
+	return true, nil
+}
+
+// call runs method's hook and fails a call on a stuck container.
+func (f *Runtime) call(ctx context.Context, method, id string) error {
+	f.mu.Lock()
+	hook := f.hooks[method]
+	f.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, id); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, err := f.lookup(id); err == nil && f.stuck[c.c.ID] {
+		return fmt.Errorf("%s %s: %w", method, id, runtime.ErrContainerTimeout)
+	}
+	return nil
 }
 
 func newID() string {
@@ -267,8 +334,11 @@ func (f *Runtime) Start(_ context.Context, id string) error {
 	})
 }
 
-func (f *Runtime) Inspect(_ context.Context, id string) (runtime.Container, error) {
+func (f *Runtime) Inspect(ctx context.Context, id string) (runtime.Container, error) {
 	var out runtime.Container
+	if err := f.call(ctx, "Inspect", id); err != nil {
+		return out, err
+	}
 	err := f.with(id, func(c *container) error {
 		out = c.c
 		out.Labels = maps.Clone(c.c.Labels)
@@ -300,16 +370,24 @@ func (f *Runtime) List(_ context.Context, labels map[string]string) ([]runtime.C
 	return out, nil
 }
 
-func (f *Runtime) Remove(_ context.Context, id string) error {
+// Remove, like Docker's, frees a stuck container first.
+func (f *Runtime) Remove(ctx context.Context, id string) error {
+	if err := f.call(ctx, "Remove", id); err != nil && !errors.Is(err, runtime.ErrContainerTimeout) {
+		return err
+	}
 	return f.with(id, func(c *container) error {
 		delete(f.containers, c.c.ID)
+		delete(f.stuck, c.c.ID)
 		return nil
 	})
 }
 
 // Pause, like Docker's, refuses a container that is not running or
 // already paused.
-func (f *Runtime) Pause(_ context.Context, id string) error {
+func (f *Runtime) Pause(ctx context.Context, id string) error {
+	if err := f.call(ctx, "Pause", id); err != nil {
+		return err
+	}
 	return f.with(id, func(c *container) error {
 		if !c.c.Running || c.c.Paused {
 			return fmt.Errorf("pause %s: %w", id, runtime.ErrConflict)
@@ -320,7 +398,10 @@ func (f *Runtime) Pause(_ context.Context, id string) error {
 }
 
 // Unpause, like Docker's, refuses a container that is not paused.
-func (f *Runtime) Unpause(_ context.Context, id string) error {
+func (f *Runtime) Unpause(ctx context.Context, id string) error {
+	if err := f.call(ctx, "Unpause", id); err != nil {
+		return err
+	}
 	return f.with(id, func(c *container) error {
 		if !c.c.Paused {
 			return fmt.Errorf("unpause %s: %w", id, runtime.ErrConflict)
@@ -342,7 +423,10 @@ func (f *Runtime) Logs(context.Context, string, int, time.Time) (io.ReadCloser, 
 
 // PutArchive extracts a tar stream into the container's file map, like
 // Docker: the target directory must exist.
-func (f *Runtime) PutArchive(_ context.Context, id, dir string, r io.Reader) error {
+func (f *Runtime) PutArchive(ctx context.Context, id, dir string, r io.Reader) error {
+	if err := f.call(ctx, "PutArchive", id); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	f.puts++
 	f.mu.Unlock()
@@ -374,7 +458,10 @@ func (f *Runtime) PutArchive(_ context.Context, id, dir string, r io.Reader) err
 	})
 }
 
-func (f *Runtime) GetArchive(_ context.Context, id, p string) (io.ReadCloser, runtime.PathStat, error) {
+func (f *Runtime) GetArchive(ctx context.Context, id, p string) (io.ReadCloser, runtime.PathStat, error) {
+	if err := f.call(ctx, "GetArchive", id); err != nil {
+		return nil, runtime.PathStat{}, err
+	}
 	fl, err := f.file(id, p)
 	if err != nil {
 		return nil, runtime.PathStat{}, err
@@ -420,7 +507,10 @@ func (fl *File) stat(p string) runtime.PathStat {
 	return runtime.PathStat{Name: path.Base(p), Size: int64(len(fl.Data)), Mode: mode, Mtime: fl.ModTime, IsDir: fl.Dir}
 }
 
-func (f *Runtime) StatPath(_ context.Context, id, p string) (runtime.PathStat, error) {
+func (f *Runtime) StatPath(ctx context.Context, id, p string) (runtime.PathStat, error) {
+	if err := f.call(ctx, "StatPath", id); err != nil {
+		return runtime.PathStat{}, err
+	}
 	fl, err := f.file(id, p)
 	if err != nil {
 		return runtime.PathStat{}, err
@@ -430,7 +520,10 @@ func (f *Runtime) StatPath(_ context.Context, id, p string) (runtime.PathStat, e
 
 // Agent serves requests with the handler of SetAgent, in process; only
 // running containers have an agent.
-func (f *Runtime) Agent(_ context.Context, id string) (http.RoundTripper, error) {
+func (f *Runtime) Agent(ctx context.Context, id string) (http.RoundTripper, error) {
+	if err := f.call(ctx, "Agent", id); err != nil {
+		return nil, err
+	}
 	err := f.with(id, func(c *container) error {
 		if !c.c.Running || c.c.Paused {
 			return fmt.Errorf("agent of %s: %w", id, runtime.ErrConflict)
