@@ -75,7 +75,7 @@ func TestDeleteStuckSandbox(t *testing.T) {
 func TestSlowSandboxHoldsUpNoOther(t *testing.T) {
 	e := newEnv(t, nil)
 	slow, slowCID := e.create(t, validRequest())
-	fast, _ := e.create(t, validRequest())
+	fast, fastCID := e.create(t, validRequest())
 	entered, unblock := make(chan struct{}), make(chan struct{})
 	hook := func(ctx context.Context, id string) error {
 		if id == slowCID {
@@ -102,7 +102,11 @@ func TestSlowSandboxHoldsUpNoOther(t *testing.T) {
 		{"resume", func() error { return e.m.Resume(ctx, fast.ID) }},
 		{"get", func() error { _, err := e.m.Get(ctx, fast.ID); return err }},
 		{"list", func() error { _, _, err := e.m.List(ctx, ListFilter{Page: 1, PageSize: 20}); return err }},
-		{"upload", func() error { return e.m.PutFile(ctx, fast.ID, FileMeta{Path: "/tmp/x"}, strings.NewReader("x")) }},
+		{"upload", func() error {
+			// Through the archive API, the engine path a hang could block.
+			e.rt.Set(t, fastCID, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+			return e.m.PutFile(ctx, fast.ID, FileMeta{Path: "/tmp/x"}, strings.NewReader("x"))
+		}},
 		{"delete", func() error { return e.m.Delete(ctx, fast.ID) }},
 	} {
 		if err := c.call(); err != nil {
@@ -119,7 +123,10 @@ func TestSlowSandboxHoldsUpNoOther(t *testing.T) {
 func TestTransferCutShortByPause(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	sb, _ := e.create(t, validRequest())
+	sb, cid := e.create(t, validRequest())
+	// Stopped: only then do files go through the archive API, which
+	// dockerd holds the container for.
+	e.rt.Set(t, cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
 	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/tmp/a.txt"}, strings.NewReader("a")); err != nil {
 		t.Fatal(err)
 	}
