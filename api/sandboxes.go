@@ -250,10 +250,6 @@ func parseSince(v string, now time.Time) (time.Time, bool) {
 
 func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Get("scope") != "" {
-		writeError(w, r, http.StatusNotImplemented, lifecycle.CodeDiagnosticsNotImpl, "diagnostics scopes are not implemented by sandboxd")
-		return
-	}
 	tail := 100
 	if v := q.Get("tail"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -271,6 +267,10 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		since = t
+	}
+	if q.Has("scope") {
+		s.scopedLogs(w, r, tail, since)
+		return
 	}
 	rc, err := s.mgr.Logs(r.Context(), mux.Vars(r)["id"], tail, since)
 	if err != nil {

@@ -413,7 +413,7 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 		if e := mountRefusal(err); e != nil {
 			return nil, e
 		}
-		if e, ok := AsError(m.engineError(err, what)); ok && e.Kind == KindUnavailable {
+		if e, ok := AsError(m.engineError(err, what)); ok && (e.Kind == KindUnavailable || e.Code == CodeStartFailed) {
 			return nil, e
 		}
 		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: fmt.Sprintf("%s: %v", what, err), Err: err}
@@ -426,18 +426,13 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 	if err := m.rt.Start(ctx, cid); err != nil {
 		return fail(err, "start container")
 	}
+	if err := m.awaitAgent(ctx, &p.rec); err != nil {
+		return fail(err, "start sandbox")
+	}
 	p.rec.State = recordReady
 	if err := m.store.PutSandbox(&p.rec); err != nil {
 		return fail(err, "record sandbox")
 	}
-	// Start the agent while the client resolves endpoints.
-	go func() {
-		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := m.rt.Agent(actx, cid); err != nil {
-			log.Debug("agent warm-up failed", "err", err)
-		}
-	}()
 	m.metrics.Creates.Add(1)
 	m.metrics.CreateSeconds.Observe(m.now().Sub(start))
 	log.InfoContext(ctx, "sandbox created", "image", p.spec.Image, "container", cid[:12], "duration_ms", m.now().Sub(start).Milliseconds())

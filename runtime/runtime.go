@@ -146,7 +146,9 @@ type Container struct {
 	Paused     bool
 	OOMKilled  bool
 	ExitCode   int
+	StartedAt  time.Time // zero until started
 	FinishedAt time.Time
+	Error      string // the engine's reason for a failed start, if any
 }
 
 // PathStat describes a path inside a container.

@@ -322,6 +322,10 @@ func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, err
 		c.Paused = st.Paused
 		c.OOMKilled = st.OOMKilled
 		c.ExitCode = st.ExitCode
+		c.Error = st.Error
+		if t, err := time.Parse(time.RFC3339Nano, st.StartedAt); err == nil && t.Year() > 1 {
+			c.StartedAt = t
+		}
 		if t, err := time.Parse(time.RFC3339Nano, st.FinishedAt); err == nil && t.Year() > 1 {
 			c.FinishedAt = t
 		}
