@@ -112,6 +112,9 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("DELETE /pty/{id}", s.deletePTY)
 	mux.HandleFunc("GET /pty/{id}/ws", s.ptyWebSocket)
 
+	mux.HandleFunc("GET /v1/isolated/capabilities", s.isolatedCapabilities)
+	mux.HandleFunc("/v1/isolated/", s.isolatedUnavailable)
+
 	mux.HandleFunc("/proxy/{port}", s.proxy)
 	mux.HandleFunc("/proxy/{port}/{path...}", s.proxy)
 	return mux
