@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -108,18 +109,12 @@ func (s *Server) scopedLogs(w http.ResponseWriter, r *http.Request, tail int, si
 // upstream's deprecated plain text (at most limit lines) without.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := 50
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 500 {
-			unprocessable(w, "value_error", []string{"query", "limit"}, "limit must be an integer between 1 and 500")
-			return
-		}
-		limit = n
+	limit, ok := intQuery(w, q, "limit", 50, 500)
+	if !ok {
+		return
 	}
 	scope := ""
 	if q.Has("scope") {
-		var ok bool
 		if scope, ok = diagnosticScope(w, r, "events", q.Get("scope"), eventScopes); !ok {
 			return
 		}
@@ -141,4 +136,19 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Deprecation", "true")
 	_, _ = io.WriteString(w, text)
+}
+
+// intQuery reads an optional integer query parameter between 1 and max,
+// answering FastAPI's 422 (as upstream) for anything else.
+func intQuery(w http.ResponseWriter, q url.Values, name string, def, max int) (int, bool) {
+	v := q.Get(name)
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > max {
+		unprocessable(w, "value_error", []string{"query", name}, fmt.Sprintf("%s must be an integer between 1 and %d", name, max))
+		return 0, false
+	}
+	return n, true
 }

@@ -250,14 +250,9 @@ func parseSince(v string, now time.Time) (time.Time, bool) {
 
 func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	tail := 100
-	if v := q.Get("tail"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			unprocessable(w, "value_error", []string{"query", "tail"}, "tail must be an integer between 1 and 10000")
-			return
-		}
-		tail = n
+	tail, ok := intQuery(w, q, "tail", 100, 10000)
+	if !ok {
+		return
 	}
 	var since time.Time
 	if v := q.Get("since"); v != "" {

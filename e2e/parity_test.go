@@ -3,13 +3,9 @@
 package e2e
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/gorilla/websocket"
 )
 
 // Upstream 1.1 parity (reference execd-1.1.md): what released SDKs call
@@ -138,38 +134,11 @@ func TestParityPTYCommand(t *testing.T) {
 		t.Errorf("cwd before the terminal attached: %q, want it made", out)
 	}
 
-	hdr := http.Header{}
-	for k, v := range b.Headers {
-		hdr.Set(k, v)
-	}
-	conn, resp, err := websocket.DefaultDialer.DialContext(t.Context(), "ws://"+s.Addr+b.path("/pty/"+sid+"/ws"), hdr)
-	if err != nil {
-		t.Fatalf("dial: %v (response %v)", err, resp)
-	}
-	defer conn.Close()
-	var output strings.Builder
-	exit := map[string]any(nil)
-	conn.SetReadDeadline(time.Now().Add(ptyWait))
-	for exit == nil {
-		typ, data, err := conn.ReadMessage()
-		if err != nil {
-			t.Fatalf("waiting for the exit frame: %v; output so far %q", err, output.String())
-		}
-		switch {
-		case typ == websocket.BinaryMessage && len(data) > 0 && data[0] == 0x01:
-			output.Write(data[1:])
-		case typ == websocket.TextMessage:
-			var f map[string]any
-			if err := json.Unmarshal(data, &f); err != nil {
-				t.Fatalf("text frame %q is not JSON: %v", data, err)
-			}
-			if f["type"] == "exit" {
-				exit = f
-			}
-		}
-	}
-	if want := "from-42 in " + cwd + " bash"; !strings.Contains(output.String(), want) {
-		t.Errorf("output %q lacks %q (the command, run by bash, in cwd)", output.String(), want)
+	p := dialPTY(t, b, sid)
+	p.read("the exit frame", func() bool { return p.frame("exit") != nil })
+	exit := p.frame("exit")
+	if want := "from-42 in " + cwd + " bash"; !strings.Contains(p.output.String(), want) {
+		t.Errorf("output %q lacks %q (the command, run by bash, in cwd)", p.output.String(), want)
 	}
 	if code, _ := exit["exit_code"].(float64); code != 7 {
 		t.Errorf("exit frame %v, want exit_code 7", exit)
