@@ -144,3 +144,39 @@ func TestParityPTYCommand(t *testing.T) {
 		t.Errorf("exit frame %v, want exit_code 7", exit)
 	}
 }
+
+// TestParityCommandArgv: POST /command with argv (SDK 1.1) runs the program
+// directly, even in an image without a shell, and reports the argv as the
+// command's content.
+func TestParityCommandArgv(t *testing.T) {
+	s := startServer(t)
+	b := newExecdBox(t, s, busyboxWith(nil))
+	run := b.run(t, map[string]any{"argv": []string{"printf", "%s|", "a b", "$HOME", "'q'; echo no"}})
+	if last := run.last(); last.Type != "execution_complete" || strings.Join(run.Stdout, "\n") != "a b|$HOME|'q'; echo no|" {
+		t.Errorf("printf through argv: stdout %q, last event %+v", run.Stdout, last)
+	}
+	run = b.run(t, map[string]any{"argv": []string{"sh", "-c", "exit 4"}, "background": true})
+	id := run.Events[0].Text
+	type commandStatus struct {
+		Content  string `json:"content"`
+		Running  bool   `json:"running"`
+		ExitCode *int   `json:"exit_code"`
+	}
+	var st commandStatus
+	waitUntil(t, stateWait, "the background argv to finish", func() bool {
+		status, _, body := b.do(t, http.MethodGet, "/command/status/"+id, nil, nil)
+		st = decodeJSON[commandStatus](t, body)
+		return status == http.StatusOK && !st.Running
+	})
+	if st.Content != `["sh","-c","exit 4"]` || st.ExitCode == nil || *st.ExitCode != 4 {
+		t.Errorf("status %+v, want the JSON argv and exit code 4", st)
+	}
+	status, _, body := b.do(t, http.MethodPost, "/command", map[string]any{"argv": []any{"echo", nil}}, nil)
+	wantError(t, "argv with a null", status, body, http.StatusBadRequest, "INVALID_REQUEST_BODY")
+
+	noshell := newExecdBox(t, s, busyboxWith(map[string]any{"image": map[string]string{"uri": imageNoShell}, "entrypoint": []string{"/pause"}}))
+	run = noshell.run(t, map[string]any{"argv": []string{"/opt/sandboxd/sandboxd", "version"}})
+	if last := run.last(); last.Type != "execution_complete" || len(run.Stdout) != 1 {
+		t.Errorf("argv in an image without a shell: stdout %q, last event %+v", run.Stdout, last)
+	}
+}

@@ -54,6 +54,8 @@
 //     mode and owner.
 //   - A finished foreground command keeps its status but not its text; the
 //     status of at most 1024 finished commands is kept.
+//   - There is no isolator: GET /v1/isolated/capabilities says
+//     available false and the other /v1/isolated routes answer 503.
 //   - /code (Jupyter) answers 501 NOT_SUPPORTED. EXECD_ENVS and the access
 //     token (sandboxd authenticates) are not supported.
 package agent
