@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
-
-	"github.com/sandboxd/sandboxd/lifecycle"
 )
 
 // codeScopeUnsupported is upstream's answer to a diagnostics scope the
@@ -59,9 +56,6 @@ func diagnosticScope(w http.ResponseWriter, r *http.Request, kind, scope string,
 }
 
 func writeDiagnostic(w http.ResponseWriter, r *http.Request, kind, scope, content string, truncated bool) {
-	if len(content) > maxDiagnosticBytes {
-		content, truncated = strings.ToValidUTF8(content[len(content)-maxDiagnosticBytes:], ""), true
-	}
 	d := diagnostic{
 		SandboxID: mux.Vars(r)["id"], Kind: kind, Scope: scope, Delivery: "inline",
 		ContentType: "text/plain; charset=utf-8", Content: content, ContentLength: len(content), Truncated: truncated,
@@ -81,26 +75,10 @@ func (s *Server) scopedLogs(w http.ResponseWriter, r *http.Request, tail int, si
 	if !ok {
 		return
 	}
-	rc, err := s.mgr.Logs(r.Context(), mux.Vars(r)["id"], tail+1, since)
+	text, truncated, err := s.mgr.LogTail(r.Context(), mux.Vars(r)["id"], tail, since, maxDiagnosticBytes)
 	if err != nil {
 		s.fail(w, r, err)
 		return
-	}
-	defer rc.Close()
-	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, io.LimitReader(rc, 64<<20)); err != nil {
-		s.fail(w, r, &lifecycle.Error{Kind: lifecycle.KindInternal, Code: lifecycle.CodeQueryFailed, Message: "read logs", Err: err})
-		return
-	}
-	text := buf.String()
-	truncated := false
-	if lines := strings.SplitAfter(text, "\n"); len(lines) > 0 {
-		if lines[len(lines)-1] == "" {
-			lines = lines[:len(lines)-1]
-		}
-		if len(lines) > tail {
-			text, truncated = strings.Join(lines[len(lines)-tail:], ""), true
-		}
 	}
 	writeDiagnostic(w, r, "logs", scope, text, truncated)
 }

@@ -37,3 +37,28 @@ func TestEvents(t *testing.T) {
 		t.Error("events of an unknown sandbox: no error")
 	}
 }
+
+func TestLogTail(t *testing.T) {
+	e := newEnv(t, nil)
+	sb, _ := e.create(t, validRequest())
+	tests := []struct {
+		logs      string
+		tail, max int
+		want      string
+		truncated bool
+	}{
+		{"aaaa\nbbbb\ncccc\n", 2, 1 << 20, "bbbb\ncccc\n", true},
+		{"aaaa\nbbbb\ncccc\n", 3, 1 << 20, "aaaa\nbbbb\ncccc\n", false},
+		{"aaaa\nbbbb\ncccc\n", 9, 1 << 20, "aaaa\nbbbb\ncccc\n", false},
+		{"aaaa\nbbbb\ncccc\n", 3, 7, "b\ncccc\n", true},
+		{"x\ny", 1, 1 << 20, "y", true},
+		{"x\ny", 2, 1 << 20, "x\ny", false},
+	}
+	for _, tt := range tests {
+		e.rt.SetLogs(tt.logs)
+		got, truncated, err := e.m.LogTail(context.Background(), sb.ID, tt.tail, time.Time{}, tt.max)
+		if err != nil || got != tt.want || truncated != tt.truncated {
+			t.Errorf("%q tail %d max %d: %q, %v, %v; want %q, %v", tt.logs, tt.tail, tt.max, got, truncated, err, tt.want, tt.truncated)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -57,20 +56,8 @@ func (m *Manager) startupLog(ctx context.Context, cid string) string {
 		return ""
 	}
 	defer rc.Close()
-	// Keep the end: that is where the error is.
-	var buf bytes.Buffer
-	chunk := make([]byte, 4096)
-	for {
-		n, err := rc.Read(chunk)
-		buf.Write(chunk[:n])
-		if over := buf.Len() - startupLogBytes; over > 0 {
-			buf.Next(over)
-		}
-		if err != nil {
-			break
-		}
-	}
-	return strings.TrimRight(strings.ToValidUTF8(buf.String(), "\uFFFD"), "\n")
+	data, _, _ := readTail(rc, startupLogBytes) // what was read before an error is still worth showing
+	return strings.TrimRight(strings.ToValidUTF8(string(data), "\uFFFD"), "\n")
 }
 
 // quoteArgv renders an entrypoint as a JSON-like list, as the client sent it.
