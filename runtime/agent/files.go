@@ -566,6 +566,9 @@ func (s *server) listDir(w http.ResponseWriter, r *http.Request) {
 	var walk func(dir string, level int) error
 	walk = func(dir string, level int) error {
 		entries, err := os.ReadDir(dir) // sorted by name
+		if level > 0 && errors.Is(err, fs.ErrNotExist) {
+			return nil // vanished meanwhile, like an entry
+		}
 		if err != nil {
 			return err
 		}
