@@ -180,3 +180,25 @@ func TestParityCommandArgv(t *testing.T) {
 		t.Errorf("argv in an image without a shell: stdout %q, last event %+v", run.Stdout, last)
 	}
 }
+
+// TestParityResourceRequests: resourceRequests (sent by the SDKs when
+// given) become the container's CPU weight and memory reservation; a
+// request above its limit is refused.
+func TestParityResourceRequests(t *testing.T) {
+	s := startServer(t)
+	sb := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{
+		"resourceLimits":   map[string]string{"cpu": "1", "memory": "512Mi"},
+		"resourceRequests": map[string]string{"cpu": "250m", "memory": "128Mi"},
+	}))
+	hc := sandboxContainer(t, sb.ID).HostConfig
+	if hc.CPUShares != 256 || hc.MemoryReservation != 128<<20 || hc.NanoCPUs != 1e9 || hc.Memory != 512<<20 {
+		t.Errorf("HostConfig: shares %d, reservation %d, nano CPUs %d, memory %d; want 256, 128Mi, 1e9, 512Mi", hc.CPUShares, hc.MemoryReservation, hc.NanoCPUs, hc.Memory)
+	}
+	msg := doError(t, s, http.MethodPost, "/v1/sandboxes", busyboxWith(map[string]any{
+		"resourceLimits":   map[string]string{"cpu": "1", "memory": "512Mi"},
+		"resourceRequests": map[string]string{"memory": "1Gi"},
+	}), http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER")
+	if !strings.Contains(msg, "resourceRequests.memory") {
+		t.Errorf("message %q does not name resourceRequests.memory", msg)
+	}
+}

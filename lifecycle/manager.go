@@ -284,6 +284,9 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if err != nil {
 		return nil, err
 	}
+	if err := applyRequests(&res, req.ResourceRequests); err != nil {
+		return nil, err
+	}
 	env, err := buildEnv(req.Env)
 	if err != nil {
 		return nil, err
@@ -341,6 +344,7 @@ func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[
 	spec := runtime.Spec{
 		Name: containerName(id), Image: image, Cmd: cmd, Env: env, Labels: labels,
 		NanoCPUs: res.NanoCPUs, MemoryBytes: res.MemoryBytes, GPUCount: res.GPUCount,
+		CPUShares: res.CPUShares, MemoryReservationBytes: res.MemoryReservation,
 		PidsLimit: d.PidsLimit, NetworkMode: network,
 		CapDrop: d.DropCapabilities, CapAdd: d.AddCapabilities,
 		ReadOnlyRootfs: hard.readOnlyRootfs, User: hard.user, OCIRuntime: d.OCIRuntime,

@@ -144,18 +144,20 @@ type anyObject = json.RawMessage
 
 // CreateRequest is POST /v1/sandboxes.
 type CreateRequest struct {
-	Image          *ImageSpec         `json:"image"`
-	SnapshotID     string             `json:"snapshotId"`
-	Platform       *Platform          `json:"platform"`
-	Timeout        *int               `json:"timeout"`
-	ResourceLimits map[string]string  `json:"resourceLimits"`
-	Env            map[string]*string `json:"env"`
-	Metadata       map[string]string  `json:"metadata"`
-	Entrypoint     []string           `json:"entrypoint"`
-	NetworkPolicy  *NetworkPolicy     `json:"networkPolicy"`
-	SecureAccess   bool               `json:"secureAccess"`
-	Volumes        []Volume           `json:"volumes"`
-	Extensions     map[string]string  `json:"extensions"`
+	Image          *ImageSpec        `json:"image"`
+	SnapshotID     string            `json:"snapshotId"`
+	Platform       *Platform         `json:"platform"`
+	Timeout        *int              `json:"timeout"`
+	ResourceLimits map[string]string `json:"resourceLimits"`
+	// ResourceRequests (upstream 1.1) are Kubernetes-style requests.
+	ResourceRequests map[string]string  `json:"resourceRequests"`
+	Env              map[string]*string `json:"env"`
+	Metadata         map[string]string  `json:"metadata"`
+	Entrypoint       []string           `json:"entrypoint"`
+	NetworkPolicy    *NetworkPolicy     `json:"networkPolicy"`
+	SecureAccess     bool               `json:"secureAccess"`
+	Volumes          []Volume           `json:"volumes"`
+	Extensions       map[string]string  `json:"extensions"`
 }
 
 // NetworkPolicy is upstream's egress policy. sandboxd enforces only

@@ -250,8 +250,10 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 		Tmpfs:          spec.Tmpfs,
 		ShmSize:        spec.ShmSize,
 		Resources: container.Resources{
-			NanoCPUs: spec.NanoCPUs,
-			Memory:   spec.MemoryBytes,
+			NanoCPUs:          spec.NanoCPUs,
+			Memory:            spec.MemoryBytes,
+			CPUShares:         spec.CPUShares,
+			MemoryReservation: spec.MemoryReservationBytes,
 		},
 		Mounts: []mount.Mount{{
 			Type: mount.TypeVolume, Source: volName, Target: AgentDir, ReadOnly: true,
