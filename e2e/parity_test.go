@@ -181,10 +181,11 @@ func TestParityCommandArgv(t *testing.T) {
 	}
 }
 
-// TestParityResourceRequests: resourceRequests (sent by the SDKs when
-// given) become the container's CPU weight and memory reservation; a
-// request above its limit is refused.
-func TestParityResourceRequests(t *testing.T) {
+// TestParityCreateFields: resourceRequests (sent by the SDKs when given)
+// become the container's CPU weight and memory reservation, a request above
+// its limit is refused, and so are lifecycle hooks (as upstream's Docker
+// provider does).
+func TestParityCreateFields(t *testing.T) {
 	s := startServer(t)
 	sb := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{
 		"resourceLimits":   map[string]string{"cpu": "1", "memory": "512Mi"},
@@ -200,5 +201,11 @@ func TestParityResourceRequests(t *testing.T) {
 	}), http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER")
 	if !strings.Contains(msg, "resourceRequests.memory") {
 		t.Errorf("message %q does not name resourceRequests.memory", msg)
+	}
+	doError(t, s, http.MethodPost, "/v1/sandboxes", busyboxWith(map[string]any{
+		"lifecycle": map[string]any{"preStart": map[string]any{"command": []string{"true"}}},
+	}), http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER")
+	if left := containersByLabel(t, labelInstance, s.InstanceID); len(left) != 1 {
+		t.Errorf("%d containers, want only the first sandbox's", len(left))
 	}
 }

@@ -273,6 +273,9 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if req.SecureAccess {
 		return nil, errf(KindInvalid, CodeInvalidParameter, "secureAccess is not supported when runtime.type='docker'")
 	}
+	if l := strings.TrimSpace(string(req.Lifecycle)); l != "" && l != "null" {
+		return nil, errf(KindInvalid, CodeInvalidParameter, "lifecycle hooks (preStart, periodic) are not supported when runtime.type='docker'")
+	}
 	network := m.cfg.Docker.NetworkMode
 	if np := req.NetworkPolicy; np != nil {
 		if !strings.EqualFold(np.DefaultAction, "deny") || len(np.Egress) > 0 {

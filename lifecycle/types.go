@@ -144,20 +144,24 @@ type anyObject = json.RawMessage
 
 // CreateRequest is POST /v1/sandboxes.
 type CreateRequest struct {
-	Image          *ImageSpec        `json:"image"`
-	SnapshotID     string            `json:"snapshotId"`
-	Platform       *Platform         `json:"platform"`
-	Timeout        *int              `json:"timeout"`
-	ResourceLimits map[string]string `json:"resourceLimits"`
-	// ResourceRequests (upstream 1.1) are Kubernetes-style requests.
-	ResourceRequests map[string]string  `json:"resourceRequests"`
-	Env              map[string]*string `json:"env"`
-	Metadata         map[string]string  `json:"metadata"`
-	Entrypoint       []string           `json:"entrypoint"`
-	NetworkPolicy    *NetworkPolicy     `json:"networkPolicy"`
-	SecureAccess     bool               `json:"secureAccess"`
-	Volumes          []Volume           `json:"volumes"`
-	Extensions       map[string]string  `json:"extensions"`
+	Image          *ImageSpec         `json:"image"`
+	SnapshotID     string             `json:"snapshotId"`
+	Platform       *Platform          `json:"platform"`
+	Timeout        *int               `json:"timeout"`
+	ResourceLimits map[string]string  `json:"resourceLimits"`
+	Env            map[string]*string `json:"env"`
+	Metadata       map[string]string  `json:"metadata"`
+	Entrypoint     []string           `json:"entrypoint"`
+	NetworkPolicy  *NetworkPolicy     `json:"networkPolicy"`
+	SecureAccess   bool               `json:"secureAccess"`
+	Volumes        []Volume           `json:"volumes"`
+	Extensions     map[string]string  `json:"extensions"`
+
+	// Upstream 1.1: Kubernetes-style resource requests, and lifecycle
+	// hooks (OSEP-0020), which are refused as upstream's Docker provider
+	// does.
+	ResourceRequests map[string]string `json:"resourceRequests"`
+	Lifecycle        json.RawMessage   `json:"lifecycle"`
 }
 
 // NetworkPolicy is upstream's egress policy. sandboxd enforces only

@@ -91,11 +91,11 @@ type Spec struct {
 	NanoCPUs    int64
 	MemoryBytes int64
 	GPUCount    int // 0 none, -1 all
+	PidsLimit   int64
 	// CPUShares (relative CPU weight) and MemoryReservationBytes (soft
 	// memory limit) carry resource requests; 0 is the engine's default.
 	CPUShares              int64
 	MemoryReservationBytes int64
-	PidsLimit              int64
 
 	NetworkMode     string
 	CapDrop         []string
