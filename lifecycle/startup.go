@@ -17,11 +17,12 @@ const (
 
 // awaitAgent waits, during create, until the agent of a just-started
 // container answers. A client's first request would wait for it anyway, so
-// a healthy create costs nothing more; a container whose entrypoint ended at
-// once (missing binary, exit 127) has no agent, and create then fails with
-// the reason instead of answering Running to a sandbox that cannot run
-// anything. An agent that is slow for another reason is retried by the
-// first request, as before.
+// a healthy create takes about as long as before (measured with
+// interleaved creates); a container whose entrypoint ended at once (missing
+// binary, exit 127) has no agent, and create then fails with the reason
+// instead of answering Running to a sandbox that cannot run anything. An
+// agent that fails for another reason is retried by the first request, as
+// before.
 func (m *Manager) awaitAgent(ctx context.Context, rec *Record) error {
 	err := m.pingAgent(ctx, rec.ContainerID)
 	if err == nil {
