@@ -209,3 +209,37 @@ func TestParityCreateFields(t *testing.T) {
 		t.Errorf("%d containers, want only the first sandbox's", len(left))
 	}
 }
+
+// TestParitySetEnv: what the SDKs' commands.setEnv (1.1.1) appends to
+// $EXECD_ENVS reaches every later command, in the default file and in one
+// the create's env names.
+func TestParitySetEnv(t *testing.T) {
+	s := startServer(t)
+	for _, tt := range []struct {
+		name, file string
+		env        map[string]any
+	}{
+		{"default file", "", nil},
+		{"file named at create", "/tmp/custom/envs", map[string]any{"EXECD_ENVS": "/tmp/custom/envs"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newExecdBox(t, s, busyboxWith(map[string]any{"env": tt.env}))
+			// The SDK's command for set_env("MULTI", "a $HOME\nb") and set_env("Q", "it's").
+			for _, entry := range []string{`MULTI='a $HOME` + "\n" + `b'`, `Q="it's"`} {
+				quoted := "'" + strings.ReplaceAll(entry, "'", `'\''`) + "'"
+				cmd := `if [ -z "${EXECD_ENVS:-}" ]; then exit 1; fi; mkdir -p "$(dirname "$EXECD_ENVS")"; printf '%s\n' ` + quoted + ` >> "$EXECD_ENVS"`
+				if run := b.run(t, map[string]any{"command": cmd}); run.last().Type != "execution_complete" {
+					t.Fatalf("setEnv %s: %s", entry, run.Raw)
+				}
+			}
+			run := b.run(t, map[string]any{"command": `echo "$EXECD_ENVS"; printf '%s|%s\n' "$MULTI" "$Q"`})
+			want := []string{tt.file, "a $HOME", "b|it's"}
+			if tt.file == "" {
+				want[0] = "/tmp/.opensandbox/.env"
+			}
+			if strings.Join(run.Stdout, "\n") != strings.Join(want, "\n") {
+				t.Errorf("stdout %q, want %q", run.Stdout, want)
+			}
+		})
+	}
+}

@@ -158,7 +158,7 @@ func (s *server) runCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, "uid is required when gid is provided")
 		return
 	}
-	env := mergeEnv(os.Environ(), req.Envs)
+	env := mergeEnv(commandEnv(s.log), req.Envs)
 	dir, err := checkDir(req.Cwd, env)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
