@@ -2,11 +2,13 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // The env file of execd 1.1 ($EXECD_ENVS): variables that every later
@@ -42,15 +44,32 @@ func commandEnv(log *slog.Logger) []string {
 	return parseEnvFile(data, env)
 }
 
+// readEnvFile reads the env file, if there is one. Its variables go into
+// the commands of every user (LD_PRELOAD would run code as each of them),
+// so it is used only if it is a regular file that only its owner can
+// write, that owner being root or the agent's own user: the default path is
+// in /tmp, where any user of the sandbox could put a file first. The checks
+// are on the file opened, so it cannot be swapped after them.
 func readEnvFile(path string) (string, error) {
-	f, err := os.Open(path)
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
 	if err != nil {
 		return "", err
 	}
+	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return "", err
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return "", errors.New("not a regular file")
+	}
+	if (st.Uid != 0 && int(st.Uid) != os.Geteuid()) || st.Mode&0o022 != 0 {
+		return "", fmt.Errorf("owned by uid %d with mode %o: only root or uid %d may write it", st.Uid, st.Mode&0o777, os.Geteuid())
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxEnvFile+1))
 	if err != nil {
 		return "", err

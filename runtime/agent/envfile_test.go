@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/base64"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -104,5 +105,34 @@ func TestParseEnvFile(t *testing.T) {
 	// Quotes pair up across lines; the last one does not close.
 	if got := parseEnvFile(strings.Repeat("A='x\n", 200001), nil); !slices.Equal(got, []string{"A=x\nA="}) {
 		t.Errorf("many quotes: %q", got)
+	}
+}
+
+// TestEnvFileUntrusted: an env file that another user could have written
+// (writable by group or others, owned by someone else, or a symlink) is
+// not applied: its variables would run in everyone's commands.
+func TestEnvFileUntrusted(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	os.WriteFile(good, []byte("X=trusted\n"), 0o644)
+	other := filepath.Join(dir, "other")
+	os.WriteFile(other, []byte("X=other\n"), 0o644)
+	if err := os.Chown(other, 4242, 4242); err != nil && os.Geteuid() == 0 {
+		t.Fatal(err)
+	}
+	writable := filepath.Join(dir, "writable")
+	os.WriteFile(writable, []byte("X=writable\n"), 0o644)
+	os.Chmod(writable, 0o666)
+	link := filepath.Join(dir, "link")
+	os.Symlink(good, link)
+	for path, want := range map[string]string{good: "trusted", other: "unset", writable: "unset", link: "unset", dir: "unset"} {
+		t.Setenv(envFileVar, path)
+		got := "unset"
+		if v, ok := lookupEnv(commandEnv(slog.New(slog.DiscardHandler)), "X"); ok {
+			got = v
+		}
+		if got != want && !(path == other && os.Geteuid() != 0) {
+			t.Errorf("%s: X = %q, want %q", filepath.Base(path), got, want)
+		}
 	}
 }
