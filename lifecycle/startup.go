@@ -24,7 +24,7 @@ const (
 // agent that fails for another reason is retried by the first request, as
 // before.
 func (m *Manager) awaitAgent(ctx context.Context, rec *Record) error {
-	err := m.pingAgent(ctx, rec.ContainerID)
+	err := m.agentGet(ctx, rec.ContainerID, "/_sandboxd/started")
 	if err == nil {
 		return nil
 	}

@@ -69,6 +69,7 @@ func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ping", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("GET /_sandboxd/activity", s.activity)
+	mux.HandleFunc("GET /_sandboxd/started", s.entrypointStarted)
 
 	mux.HandleFunc("POST /command", s.runCommand)
 	mux.HandleFunc("DELETE /command", s.interruptCommand)
