@@ -250,18 +250,9 @@ func parseSince(v string, now time.Time) (time.Time, bool) {
 
 func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Get("scope") != "" {
-		writeError(w, r, http.StatusNotImplemented, lifecycle.CodeDiagnosticsNotImpl, "diagnostics scopes are not implemented by sandboxd")
+	tail, ok := intQuery(w, q, "tail", 100, 10000)
+	if !ok {
 		return
-	}
-	tail := 100
-	if v := q.Get("tail"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			unprocessable(w, "value_error", []string{"query", "tail"}, "tail must be an integer between 1 and 10000")
-			return
-		}
-		tail = n
 	}
 	var since time.Time
 	if v := q.Get("since"); v != "" {
@@ -271,6 +262,10 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		since = t
+	}
+	if q.Has("scope") {
+		s.scopedLogs(w, r, tail, since)
+		return
 	}
 	rc, err := s.mgr.Logs(r.Context(), mux.Vars(r)["id"], tail, since)
 	if err != nil {

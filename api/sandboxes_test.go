@@ -168,7 +168,7 @@ func TestBadRequestHasNoDetail(t *testing.T) {
 		{"renew in the past", "POST", "/v1/sandboxes/" + id + "/renew-expiration", `{"expiresAt":"2020-01-01T00:00:00Z"}`, 400, "DOCKER::INVALID_EXPIRATION"},
 		{"unknown sandbox", "GET", "/v1/sandboxes/nope", "", 404, "DOCKER::SANDBOX_NOT_FOUND"},
 		{"resume a running sandbox", "POST", "/v1/sandboxes/" + id + "/resume", "", 409, "DOCKER::SANDBOX_NOT_PAUSED"},
-		{"logs with a scope", "GET", "/v1/sandboxes/" + id + "/diagnostics/logs?scope=all", "", 501, "DIAGNOSTICS_NOT_IMPLEMENTED"},
+		{"logs with an unknown scope", "GET", "/v1/sandboxes/" + id + "/diagnostics/logs?scope=lifecycle", "", 400, "DIAGNOSTICS_SCOPE_UNSUPPORTED"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -88,6 +88,7 @@ func (s *Server) routes() {
 		p("/snapshots/{id}", s.handleGetSnapshot).Methods(http.MethodGet)
 		p("/snapshots/{id}", s.handleDeleteSnapshot).Methods(http.MethodDelete)
 		p("/sandboxes/{id}/diagnostics/logs", s.handleLogs).Methods(http.MethodGet)
+		p("/sandboxes/{id}/diagnostics/events", s.handleEvents).Methods(http.MethodGet)
 		p("/sandboxes/{id}/diagnostics/{what}", s.handleDiagnosticsNotImplemented).Methods(http.MethodGet)
 		s.poolRoutes(p)
 	}
@@ -239,7 +240,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDiagnosticsNotImplemented(w http.ResponseWriter, r *http.Request) {
-	writeError(w, r, http.StatusNotImplemented, lifecycle.CodeDiagnosticsNotImpl, "Only diagnostics/logs is implemented by sandboxd.")
+	writeError(w, r, http.StatusNotImplemented, lifecycle.CodeDiagnosticsNotImpl, "Only diagnostics/logs and diagnostics/events are implemented by sandboxd.")
 }
 
 func newRequestID() string {

@@ -9,6 +9,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
 )
 
 // execdPort is the port of the execd API behind the proxy route.
@@ -172,4 +175,62 @@ func execdTail(b []byte) []byte {
 		return b[len(b)-200:]
 	}
 	return b
+}
+
+// ptyClient is the WebSocket of a PTY session: the terminal's output and
+// the text frames seen so far.
+type ptyClient struct {
+	t      testing.TB
+	conn   *websocket.Conn
+	output strings.Builder
+	frames []map[string]any
+}
+
+// dialPTY attaches to PTY session sid with the endpoint's headers; the
+// connection closes when the test ends.
+func dialPTY(t testing.TB, b *execdBox, sid string) *ptyClient {
+	t.Helper()
+	hdr := http.Header{}
+	for k, v := range b.Headers {
+		hdr.Set(k, v)
+	}
+	url := "ws://" + b.s.Addr + b.path("/pty/"+sid+"/ws")
+	conn, resp, err := websocket.DefaultDialer.DialContext(t.Context(), url, hdr)
+	if err != nil {
+		t.Fatalf("dial %s: %v (response %v)", url, err, resp)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &ptyClient{t: t, conn: conn}
+}
+
+// read collects frames until done holds.
+func (p *ptyClient) read(what string, done func() bool) {
+	p.t.Helper()
+	p.conn.SetReadDeadline(time.Now().Add(ptyWait))
+	for !done() {
+		typ, data, err := p.conn.ReadMessage()
+		if err != nil {
+			p.t.Fatalf("waiting for %s: %v; output so far %q, frames %v", what, err, p.output.String(), p.frames)
+		}
+		switch {
+		case typ == websocket.BinaryMessage && len(data) > 0 && data[0] == 0x01:
+			p.output.Write(data[1:])
+		case typ == websocket.TextMessage:
+			var f map[string]any
+			if err := json.Unmarshal(data, &f); err != nil {
+				p.t.Fatalf("text frame %q is not JSON: %v", data, err)
+			}
+			p.frames = append(p.frames, f)
+		}
+	}
+}
+
+// frame returns the first text frame of a type, or nil.
+func (p *ptyClient) frame(typ string) map[string]any {
+	for _, f := range p.frames {
+		if f["type"] == typ {
+			return f
+		}
+	}
+	return nil
 }

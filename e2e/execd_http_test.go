@@ -263,48 +263,8 @@ func testPTY(t *testing.T, b *execdBox) {
 		t.Fatalf("POST /pty: no session_id in %s", body)
 	}
 
-	hdr := http.Header{}
-	for k, v := range b.Headers {
-		hdr.Set(k, v)
-	}
-	url := "ws://" + b.s.Addr + b.path("/pty/"+sid+"/ws")
-	conn, resp, err := websocket.DefaultDialer.DialContext(t.Context(), url, hdr)
-	if err != nil {
-		t.Fatalf("dial %s: %v (response %v)", url, err, resp)
-	}
-	defer conn.Close()
-
-	var output strings.Builder
-	var frames []map[string]any
-	// read collects frames until done holds.
-	read := func(what string, done func() bool) {
-		t.Helper()
-		conn.SetReadDeadline(time.Now().Add(ptyWait))
-		for !done() {
-			typ, data, err := conn.ReadMessage()
-			if err != nil {
-				t.Fatalf("waiting for %s: %v; output so far %q, frames %v", what, err, output.String(), frames)
-			}
-			switch {
-			case typ == websocket.BinaryMessage && len(data) > 0 && data[0] == 0x01:
-				output.Write(data[1:])
-			case typ == websocket.TextMessage:
-				var f map[string]any
-				if err := json.Unmarshal(data, &f); err != nil {
-					t.Fatalf("text frame %q is not JSON: %v", data, err)
-				}
-				frames = append(frames, f)
-			}
-		}
-	}
-	frame := func(typ string) map[string]any {
-		for _, f := range frames {
-			if f["type"] == typ {
-				return f
-			}
-		}
-		return nil
-	}
+	p := dialPTY(t, b, sid)
+	conn, read, frame := p.conn, p.read, p.frame
 	send := func(typ int, data []byte) {
 		t.Helper()
 		if err := conn.WriteMessage(typ, data); err != nil {
@@ -320,11 +280,11 @@ func testPTY(t *testing.T, b *execdBox) {
 	// The terminal echoes the input, so the command prints something the
 	// input does not contain.
 	send(websocket.BinaryMessage, append([]byte{0x00}, `echo "pty-$((6*7))-$(pwd)"`+"\n"...))
-	read("the command's output", func() bool { return strings.Contains(output.String(), "pty-42-/tmp") })
+	read("the command's output", func() bool { return strings.Contains(p.output.String(), "pty-42-/tmp") })
 
 	send(websocket.TextMessage, []byte(`{"type":"resize","cols":123,"rows":45}`))
 	send(websocket.TextMessage, []byte(`{"type":"stdin","data":"echo \"size-$(stty size | tr ' ' x)\"\n"}`))
-	read("the new size", func() bool { return strings.Contains(output.String(), "size-45x123") })
+	read("the new size", func() bool { return strings.Contains(p.output.String(), "size-45x123") })
 
 	send(websocket.TextMessage, []byte(`{"type":"stdin","data":"exit 5\n"}`))
 	read("the exit frame", func() bool { return frame("exit") != nil })
@@ -338,8 +298,8 @@ func testPTY(t *testing.T, b *execdBox) {
 		Running      bool   `json:"running"`
 		OutputOffset int64  `json:"output_offset"`
 	}](t, body)
-	if status != http.StatusOK || st.SessionID != sid || st.Running || st.OutputOffset < int64(output.Len()) {
-		t.Errorf("GET /pty/%s after exit: status %d %s, want the session, not running, offset >= %d", sid, status, body, output.Len())
+	if status != http.StatusOK || st.SessionID != sid || st.Running || st.OutputOffset < int64(p.output.Len()) {
+		t.Errorf("GET /pty/%s after exit: status %d %s, want the session, not running, offset >= %d", sid, status, body, p.output.Len())
 	}
 	if status, _, body := b.do(t, http.MethodDelete, "/pty/"+sid, nil, nil); status != http.StatusOK {
 		t.Errorf("DELETE /pty/%s: status %d; body %s", sid, status, body)

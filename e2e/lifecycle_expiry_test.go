@@ -13,18 +13,24 @@ import (
 )
 
 // TestLifecycleMainProcessExits checks the states of sandboxes whose main
-// process ends: Failed with the exit code, or Terminated.
+// process ends: Failed with the exit code, or Terminated. The entrypoints
+// wait for a file the test creates once the sandboxes are up (one that
+// ends at once fails the create: TestParityEntrypointExitsAtOnce).
 func TestLifecycleMainProcessExits(t *testing.T) {
 	s := startServer(t)
 	suite := "exits-" + randomHex(t, 4)
+	const waitGo = "until [ -e /tmp/go ]; do sleep 0.1; done"
 	failed := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{
-		"entrypoint": []string{"sh", "-c", "echo about-to-fail; exit 3"},
+		"entrypoint": []string{"sh", "-c", "echo about-to-fail; " + waitGo + "; exit 3"},
 		"metadata":   map[string]string{"suite": suite},
 	}))
 	done := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{
-		"entrypoint": []string{"true"},
+		"entrypoint": []string{"sh", "-c", waitGo},
 		"metadata":   map[string]string{"suite": suite},
 	}))
+	for _, id := range []string{failed.ID, done.ID} {
+		runCommand(t, s, id, "touch /tmp/go")
+	}
 
 	got := waitState(t, s, failed.ID, "Failed", "Terminated")
 	if got.Status.State != "Failed" || !strings.Contains(got.Status.Message, "3") {
@@ -67,53 +73,6 @@ func TestLifecycleMainProcessExits(t *testing.T) {
 		t.Errorf("list after the containers went: ids %v, want none", ids(l.Items))
 	}
 	doError(t, s, http.MethodDelete, sandboxPath(done.ID), nil, http.StatusNotFound, "DOCKER::SANDBOX_NOT_FOUND")
-}
-
-// TestLifecycleEntrypointCannotStart creates sandboxes whose entrypoint
-// does not exist. sandboxd may refuse them when Docker cannot start the
-// process (500, nothing left behind) or, as upstream does when its
-// bootstrap script cannot exec the entrypoint, accept them and report them
-// Failed with exit code 127 and the reason in the logs.
-func TestLifecycleEntrypointCannotStart(t *testing.T) {
-	s := startServer(t)
-	tests := []struct {
-		name, image string
-		entrypoint  []string
-	}{
-		{"missing binary", imageBusybox, []string{"/no/such/binary"}},
-		{"shell in an image without one", imageNoShell, []string{"/bin/sh", "-c", "sleep 100"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			before := len(containersByLabel(t, labelInstance, s.InstanceID))
-			req := busyboxWith(map[string]any{"image": map[string]string{"uri": tt.image}, "entrypoint": tt.entrypoint})
-			status, _, body := s.do(t, http.MethodPost, "/v1/sandboxes", req, nil)
-			switch status {
-			case http.StatusInternalServerError:
-				msg := wantError(t, "create", status, body, status, "DOCKER::SANDBOX_START_FAILED")
-				if !strings.Contains(msg, tt.entrypoint[0]) {
-					t.Errorf("message %q does not name %s", msg, tt.entrypoint[0])
-				}
-				if after := len(containersByLabel(t, labelInstance, s.InstanceID)); after != before {
-					t.Errorf("the failed create left %d container(s)", after-before)
-				}
-			case http.StatusAccepted:
-				assertNoNulls(t, "create", body)
-				id := decodeJSON[lcSandbox](t, body).ID
-				got := waitState(t, s, id, "Failed", "Terminated")
-				if got.Status.State != "Failed" || !strings.Contains(got.Status.Message, "127") {
-					t.Errorf("status %+v, want Failed with exit code 127", got.Status)
-				}
-				if logs := string(wantText(t, s, sandboxPath(id, "/diagnostics/logs"))); !strings.Contains(logs, tt.entrypoint[0]) {
-					t.Errorf("logs %q do not name %s", logs, tt.entrypoint[0])
-				}
-				wantEmpty(t, s, http.MethodDelete, sandboxPath(id), http.StatusNoContent)
-				assertGone(t, s, id)
-			default:
-				t.Fatalf("create: status %d, want 500 or 202; body %s", status, body)
-			}
-		})
-	}
 }
 
 // removeContainer force-removes a container behind sandboxd's back.

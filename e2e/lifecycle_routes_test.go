@@ -266,7 +266,7 @@ func TestLifecycleRoutes(t *testing.T) {
 				t.Errorf("%s logs?tail=1: %q, want %q", prefix, got, "hello-log\n")
 			}
 		}
-		doError(t, s, http.MethodGet, sandboxPath(a.ID, "/diagnostics/logs?scope=container"), nil, http.StatusNotImplemented, "DIAGNOSTICS_NOT_IMPLEMENTED")
+		doError(t, s, http.MethodGet, sandboxPath(a.ID, "/diagnostics/logs?scope=lifecycle"), nil, http.StatusBadRequest, "DIAGNOSTICS_SCOPE_UNSUPPORTED")
 		doError(t, s, http.MethodGet, sandboxPath(a.ID, "/diagnostics/logs?tail=0"), nil, http.StatusUnprocessableEntity, "")
 		doError(t, s, http.MethodGet, sandboxPath(unknown, "/diagnostics/logs"), nil, http.StatusNotFound, "DOCKER::SANDBOX_NOT_FOUND")
 	})

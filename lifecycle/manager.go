@@ -278,6 +278,9 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if req.SecureAccess {
 		return nil, errf(KindInvalid, CodeInvalidParameter, "secureAccess is not supported when runtime.type='docker'")
 	}
+	if l := strings.TrimSpace(string(req.Lifecycle)); l != "" && l != "null" {
+		return nil, errf(KindInvalid, CodeInvalidParameter, "lifecycle hooks (preStart, periodic) are not supported when runtime.type='docker'")
+	}
 	network := m.cfg.Docker.NetworkMode
 	if np := req.NetworkPolicy; np != nil {
 		if !strings.EqualFold(np.DefaultAction, "deny") || len(np.Egress) > 0 {
@@ -287,6 +290,9 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	}
 	res, err := ParseResources(req.ResourceLimits, m.cfg.Docker.DefaultCPU, m.cfg.Docker.DefaultMemory)
 	if err != nil {
+		return nil, err
+	}
+	if err := applyRequests(&res, req.ResourceRequests); err != nil {
 		return nil, err
 	}
 	env, err := buildEnv(req.Env)
@@ -346,6 +352,7 @@ func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[
 	spec := runtime.Spec{
 		Name: containerName(id), Image: image, Cmd: cmd, Env: env, Labels: labels,
 		NanoCPUs: res.NanoCPUs, MemoryBytes: res.MemoryBytes, GPUCount: res.GPUCount,
+		CPUShares: res.CPUShares, MemoryReservationBytes: res.MemoryReservation,
 		PidsLimit: d.PidsLimit, NetworkMode: network,
 		CapDrop: d.DropCapabilities, CapAdd: d.AddCapabilities,
 		ReadOnlyRootfs: hard.readOnlyRootfs, User: hard.user, OCIRuntime: d.OCIRuntime,
@@ -418,7 +425,7 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 		if e := mountRefusal(err); e != nil {
 			return nil, e
 		}
-		if e, ok := AsError(m.engineError(err, what)); ok && e.Kind == KindUnavailable {
+		if e, ok := AsError(m.engineError(err, what)); ok && (e.Kind == KindUnavailable || e.Code == CodeStartFailed) {
 			return nil, e
 		}
 		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: fmt.Sprintf("%s: %v", what, err), Err: err}
@@ -431,18 +438,13 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 	if err := m.rt.Start(ctx, cid); err != nil {
 		return fail(err, "start container")
 	}
+	if err := m.awaitAgent(ctx, &p.rec); err != nil {
+		return fail(err, "start sandbox")
+	}
 	p.rec.State = recordReady
 	if err := m.store.PutSandbox(&p.rec); err != nil {
 		return fail(err, "record sandbox")
 	}
-	// Start the agent while the client resolves endpoints.
-	go func() {
-		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := m.rt.Agent(actx, cid); err != nil {
-			log.Debug("agent warm-up failed", "err", err)
-		}
-	}()
 	m.metrics.Creates.Add(1)
 	m.metrics.CreateSeconds.Observe(m.now().Sub(start))
 	log.InfoContext(ctx, "sandbox created", "image", p.spec.Image, "container", cid[:12], "duration_ms", m.now().Sub(start).Milliseconds())

@@ -69,6 +69,7 @@ func TestCreateValidation(t *testing.T) {
 		{"timeout below 60", bad(func(r *CreateRequest) { r.Timeout = ptr(59) }), KindUnprocessable, CodeInvalidParameter},
 		{"timeout above max", bad(func(r *CreateRequest) { r.Timeout = ptr(3601) }), KindInvalid, CodeInvalidParameter},
 		{"secureAccess", bad(func(r *CreateRequest) { r.SecureAccess = true }), KindInvalid, CodeInvalidParameter},
+		{"lifecycle hooks", bad(func(r *CreateRequest) { r.Lifecycle = json.RawMessage(`{"preStart":{"command":["true"]}}`) }), KindInvalid, CodeInvalidParameter},
 		{"platform os", bad(func(r *CreateRequest) { r.Platform = &Platform{OS: "windows", Arch: "amd64"} }), KindInvalid, CodeInvalidParameter},
 		{"platform arch", bad(func(r *CreateRequest) { r.Platform = &Platform{OS: "linux", Arch: "386"} }), KindInvalid, CodeInvalidParameter},
 		{"networkPolicy allow", bad(func(r *CreateRequest) { r.NetworkPolicy = &NetworkPolicy{DefaultAction: "allow"} }), KindInvalid, CodeInvalidParameter},

@@ -531,21 +531,27 @@ func (m *Manager) makeMember(ctx context.Context, p *pool) (mem poolMember, err 
 
 // pingAgent starts a container's agent and waits until it answers.
 func (m *Manager) pingAgent(ctx context.Context, cid string) error {
+	return m.agentGet(ctx, cid, "/ping")
+}
+
+// agentGet starts a container's agent and waits until it answers GET path
+// with 200.
+func (m *Manager) agentGet(ctx context.Context, cid, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	rt, err := m.rt.Agent(ctx, cid)
 	if err != nil {
 		return err
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/ping", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+path, nil)
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		return fmt.Errorf("ping agent: %w", err)
+		return fmt.Errorf("agent %s: %w", path, err)
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("ping agent: status %d", resp.StatusCode)
+		return fmt.Errorf("agent %s: status %d", path, resp.StatusCode)
 	}
 	return nil
 }

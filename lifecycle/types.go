@@ -157,6 +157,12 @@ type CreateRequest struct {
 	SecureAccess   bool               `json:"secureAccess"`
 	Volumes        []Volume           `json:"volumes"`
 	Extensions     map[string]string  `json:"extensions"`
+
+	// Upstream 1.1: Kubernetes-style resource requests, and lifecycle
+	// hooks (OSEP-0020), which are refused as upstream's Docker provider
+	// does.
+	ResourceRequests map[string]string `json:"resourceRequests"`
+	Lifecycle        json.RawMessage   `json:"lifecycle"`
 }
 
 // NetworkPolicy is upstream's egress policy. sandboxd enforces only

@@ -94,6 +94,9 @@ type Resources struct {
 	NanoCPUs    int64
 	MemoryBytes int64
 	GPUCount    int
+	// From resourceRequests (applyRequests): 0 means Docker's default.
+	CPUShares         int64
+	MemoryReservation int64
 }
 
 var memUnits = map[string]float64{

@@ -108,6 +108,10 @@ type Spec struct {
 	MemoryBytes int64
 	GPUCount    int // 0 none, -1 all
 	PidsLimit   int64
+	// CPUShares (relative CPU weight) and MemoryReservationBytes (soft
+	// memory limit) carry resource requests; 0 is the engine's default.
+	CPUShares              int64
+	MemoryReservationBytes int64
 
 	NetworkMode     string
 	CapDrop         []string
@@ -162,7 +166,9 @@ type Container struct {
 	Paused     bool
 	OOMKilled  bool
 	ExitCode   int
+	StartedAt  time.Time // zero until started
 	FinishedAt time.Time
+	Error      string // the engine's reason for a failed start, if any
 }
 
 // PathStat describes a path inside a container.

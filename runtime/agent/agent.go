@@ -69,6 +69,7 @@ func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ping", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("GET /_sandboxd/activity", s.activity)
+	mux.HandleFunc("GET /_sandboxd/started", s.entrypointStarted)
 
 	mux.HandleFunc("POST /command", s.runCommand)
 	mux.HandleFunc("DELETE /command", s.interruptCommand)
@@ -111,6 +112,9 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /pty/{id}", s.ptyStatus)
 	mux.HandleFunc("DELETE /pty/{id}", s.deletePTY)
 	mux.HandleFunc("GET /pty/{id}/ws", s.ptyWebSocket)
+
+	mux.HandleFunc("GET /v1/isolated/capabilities", s.isolatedCapabilities)
+	mux.HandleFunc("/v1/isolated/", s.isolatedUnavailable)
 
 	mux.HandleFunc("/proxy/{port}", s.proxy)
 	mux.HandleFunc("/proxy/{port}/{path...}", s.proxy)

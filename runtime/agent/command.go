@@ -25,6 +25,7 @@ const (
 
 type runCommandRequest struct {
 	Command    string            `json:"command"`
+	Argv       []*string         `json:"argv"` // instead of command: run directly, no shell
 	Cwd        string            `json:"cwd"`
 	Background bool              `json:"background"`
 	Timeout    int64             `json:"timeout"` // milliseconds; 0 means none
@@ -140,8 +141,13 @@ func (s *server) runCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
 		return
 	}
-	if req.Command == "" {
-		writeError(w, http.StatusBadRequest, codeInvalidRequest, "command is required")
+	argv, err := parseArgv(req.Argv)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
+		return
+	}
+	if (req.Command == "") == (argv == nil) {
+		writeError(w, http.StatusBadRequest, codeInvalidRequest, "exactly one of command and argv is required")
 		return
 	}
 	if req.Timeout < 0 {
@@ -152,18 +158,22 @@ func (s *server) runCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, "uid is required when gid is provided")
 		return
 	}
-	env := mergeEnv(os.Environ(), req.Envs)
+	env := mergeEnv(commandEnv(s.log), req.Envs)
 	dir, err := checkDir(req.Cwd, env)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
 		return
 	}
-	spec := execSpec{script: req.Command, dir: dir, env: env, cred: credential(req.UID, req.GID)}
+	spec := execSpec{script: req.Command, argv: argv, dir: dir, env: env, cred: credential(req.UID, req.GID)}
+	content := req.Command
+	if argv != nil {
+		content = argvContent(argv)
+	}
 	timeout := time.Duration(req.Timeout) * time.Millisecond
 	id := newID()
 	es := newEventStream(w)
 	register := func(p *process, output *outputLog) *command {
-		c := &command{id: id, background: output != nil, startedAt: time.Now(), proc: p, output: output, content: req.Command}
+		c := &command{id: id, background: output != nil, startedAt: time.Now(), proc: p, output: output, content: content}
 		s.commands.add(c)
 		return c
 	}
@@ -237,9 +247,11 @@ func (s *server) runStreaming(ctx context.Context, es *eventStream, id string, s
 // if combined, and returns the read ends (errR is nil when combined). The
 // error of a failed start is what execd reports as evalue.
 func (s *server) spawn(spec execSpec, combined bool) (p *process, outR, errR *os.File, err error) {
-	sh, err := s.findShell()
-	if err != nil {
-		return nil, nil, nil, err
+	var sh shell
+	if spec.argv == nil {
+		if sh, err = s.findShell(); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {

@@ -54,6 +54,10 @@
 //     mode and owner.
 //   - A finished foreground command keeps its status but not its text; the
 //     status of at most 1024 finished commands is kept.
-//   - /code (Jupyter) answers 501 NOT_SUPPORTED. EXECD_ENVS and the access
-//     token (sandboxd authenticates) are not supported.
+//   - There is no isolator: GET /v1/isolated/capabilities says
+//     available false and the other /v1/isolated routes answer 503.
+//   - /code (Jupyter) answers 501 NOT_SUPPORTED. The access token
+//     (sandboxd authenticates) is not supported.
+//   - $EXECD_ENVS (default /tmp/.opensandbox/.env) is read by every
+//     command and by each bash session when created, not by terminals.
 package agent

@@ -454,10 +454,6 @@ func (s *server) replaceInFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	results := make(map[string]result, len(req))
 	for p, item := range req {
-		if item.Old == "" {
-			writeError(w, http.StatusBadRequest, codeInvalidRequest, "old content must not be empty")
-			return
-		}
 		abs, err := absPath(p)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
@@ -466,6 +462,10 @@ func (s *server) replaceInFiles(w http.ResponseWriter, r *http.Request) {
 		content, err := os.ReadFile(abs)
 		if err != nil {
 			fileError(w, err)
+			return
+		}
+		if item.Old == "" { // checked after the file, as execd: a missing file is 404 first
+			writeError(w, http.StatusBadRequest, codeInvalidRequest, "old content must not be empty")
 			return
 		}
 		n := strings.Count(string(content), item.Old)
@@ -566,25 +566,35 @@ func (s *server) listDir(w http.ResponseWriter, r *http.Request) {
 	var walk func(dir string, level int) error
 	walk = func(dir string, level int) error {
 		entries, err := os.ReadDir(dir) // sorted by name
+		if level > 0 && errors.Is(err, fs.ErrNotExist) {
+			return nil // vanished meanwhile, like an entry
+		}
 		if err != nil {
 			return err
 		}
 		for _, e := range entries {
 			p := filepath.Join(dir, e.Name())
 			fi, err := e.Info()
-			if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
 				continue // vanished meanwhile
+			}
+			if err != nil {
+				return err
 			}
 			out = append(out, names.info(p, fi))
 			if e.IsDir() && level+1 < depth {
-				_ = walk(p, level+1) // an unreadable subdirectory is listed, not entered
+				if err := walk(p, level+1); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
 	}
 	if depth > 0 {
+		// A subtree that cannot be read fails the request, as in execd:
+		// a partial listing would look complete.
 		if err := walk(root, 0); err != nil {
-			fileError(w, err)
+			writeError(w, http.StatusInternalServerError, codeRuntimeError, fmt.Sprintf("error listing directory %s. %v", root, err))
 			return
 		}
 	}

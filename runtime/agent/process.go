@@ -73,6 +73,7 @@ func isExecutable(p string) bool {
 // execSpec describes one shell command to start.
 type execSpec struct {
 	script string
+	argv   []string // run directly instead of script, without a shell
 	dir    string
 	env    []string
 	cred   *syscall.Credential
@@ -95,10 +96,10 @@ type process struct {
 	state    *os.ProcessState
 }
 
-// start runs spec.script with the given shell in a new process group.
+// start runs spec.script with the given shell, or spec.argv directly, in a
+// new process group.
 func start(sh shell, spec execSpec) (*process, error) {
-	cmd := exec.Command(sh.path)
-	cmd.Args = []string{filepath.Base(sh.path)}
+	cmd := &exec.Cmd{Path: sh.path, Args: []string{filepath.Base(sh.path)}}
 	cmd.Dir = spec.dir
 	cmd.Env = spec.env
 	// Leave unset streams as untyped nil: exec.Cmd connects those to /dev/null.
@@ -114,9 +115,16 @@ func start(sh shell, spec execSpec) (*process, error) {
 	cmd.ExtraFiles = spec.extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred}
 
-	if len(spec.script) <= maxArgScript && !strings.Contains(spec.script, "\x00") {
+	switch {
+	case spec.argv != nil: // no shell: the program, found on the request's PATH
+		path, err := lookPath(spec.argv[0], spec.dir, spec.env)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Path, cmd.Args = path, spec.argv
+	case len(spec.script) <= maxArgScript && !strings.Contains(spec.script, "\x00"):
 		cmd.Args = append(cmd.Args, "-c", spec.script)
-	} else {
+	default:
 		f, err := scriptFile(spec.script, spec.cred)
 		if err != nil {
 			return nil, err

@@ -118,7 +118,7 @@ func (s *server) createSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
 		return
 	}
-	env := os.Environ()
+	env := commandEnv(s.log) // the env file as it is now: the session keeps it
 	dir, err := expandPath(req.Cwd, env)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())

@@ -286,8 +286,10 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 		Tmpfs:          spec.Tmpfs,
 		ShmSize:        spec.ShmSize,
 		Resources: container.Resources{
-			NanoCPUs: spec.NanoCPUs,
-			Memory:   spec.MemoryBytes,
+			NanoCPUs:          spec.NanoCPUs,
+			Memory:            spec.MemoryBytes,
+			CPUShares:         spec.CPUShares,
+			MemoryReservation: spec.MemoryReservationBytes,
 		},
 		Mounts: []mount.Mount{{
 			Type: mount.TypeVolume, Source: volName, Target: AgentDir, ReadOnly: true,
@@ -363,6 +365,10 @@ func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, err
 		c.Paused = st.Paused
 		c.OOMKilled = st.OOMKilled
 		c.ExitCode = st.ExitCode
+		c.Error = st.Error
+		if t, err := time.Parse(time.RFC3339Nano, st.StartedAt); err == nil && t.Year() > 1 {
+			c.StartedAt = t
+		}
 		if t, err := time.Parse(time.RFC3339Nano, st.FinishedAt); err == nil && t.Year() > 1 {
 			c.FinishedAt = t
 		}

@@ -54,6 +54,8 @@ type Runtime struct {
 	agent       http.Handler
 	createErr   error
 	pingErr     error
+	startExit   *int // exit code of containers whose entrypoint ends at once
+	logs        string
 	enginePaths []string
 	hooks       map[string]func(ctx context.Context, id string) error // by method
 	stuck       map[string]bool                                       // by container id
@@ -274,6 +276,17 @@ func (f *Runtime) FailCreate(err error) {
 	f.createErr = err
 }
 
+// ExitOnStart makes every later Start leave its container exited with
+// code, as an entrypoint that ends at once; a negative code undoes it.
+func (f *Runtime) ExitOnStart(code int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.startExit = nil
+	if code >= 0 {
+		f.startExit = &code
+	}
+}
+
 // FailPing makes Ping fail with err, as an engine that does not answer,
 // or succeed again if err is nil.
 func (f *Runtime) FailPing(err error) {
@@ -329,6 +342,11 @@ func (f *Runtime) Create(_ context.Context, spec runtime.Spec) (string, error) {
 
 func (f *Runtime) Start(_ context.Context, id string) error {
 	return f.with(id, func(c *container) error {
+		c.c.StartedAt = f.now()
+		if f.startExit != nil {
+			c.c.Status, c.c.Running, c.c.ExitCode, c.c.FinishedAt = "exited", false, *f.startExit, f.now()
+			return nil
+		}
 		c.c.Status, c.c.Running = "running", true
 		return nil
 	})
@@ -416,9 +434,27 @@ func (f *Runtime) Commit(context.Context, string, string) error { return nil }
 
 func (f *Runtime) RemoveImage(context.Context, string) error { return nil }
 
-// Logs is the same one line for every container.
-func (f *Runtime) Logs(context.Context, string, int, time.Time) (io.ReadCloser, error) {
-	return io.NopCloser(strings.NewReader("hello from the sandbox\n")), nil
+// Logs is the same output for every container: one line unless SetLogs
+// changed it, cut to its last tail lines as Docker's.
+func (f *Runtime) Logs(_ context.Context, _ string, tail int, _ time.Time) (io.ReadCloser, error) {
+	f.mu.Lock()
+	out := f.logs
+	f.mu.Unlock()
+	if out == "" {
+		out = "hello from the sandbox\n"
+	}
+	if lines := strings.SplitAfter(out, "\n"); tail > 0 && len(lines) > tail+1 {
+		out = strings.Join(lines[len(lines)-tail-1:], "")
+	}
+	return io.NopCloser(strings.NewReader(out)), nil
+}
+
+// SetLogs sets the output every container's Logs returns ("" is the
+// default line); lines end with "\n".
+func (f *Runtime) SetLogs(out string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.logs = out
 }
 
 // PutArchive extracts a tar stream into the container's file map, like

@@ -1,0 +1,94 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// LogTail returns the last tail lines of a sandbox's output (since, if not
+// zero), at most maxBytes of them, and whether there was more: older lines,
+// or the start of what is returned.
+func (m *Manager) LogTail(ctx context.Context, id string, tail int, since time.Time, maxBytes int) (string, bool, error) {
+	rc, err := m.Logs(ctx, id, tail+1, since) // one more line tells whether there were more
+	if err != nil {
+		return "", false, err
+	}
+	defer rc.Close()
+	data, cut, err := readTail(rc, maxBytes)
+	if err != nil {
+		return "", false, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read logs", Err: err}
+	}
+	lines := bytes.Count(data, []byte("\n"))
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		lines++
+	}
+	if !cut && lines > tail {
+		data, cut = data[bytes.IndexByte(data, '\n')+1:], true
+	}
+	return strings.ToValidUTF8(string(data), "\uFFFD"), cut, nil
+}
+
+// readTail reads r to its end and returns its last max bytes, whether
+// anything before them was dropped, and the error that ended the read early.
+func readTail(r io.Reader, max int) ([]byte, bool, error) {
+	var buf bytes.Buffer
+	cut := false
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(chunk)
+		buf.Write(chunk[:n])
+		if over := buf.Len() - max; over > 0 {
+			buf.Next(over)
+			cut = true
+		}
+		if err == io.EOF {
+			return buf.Bytes(), cut, nil
+		}
+		if err != nil {
+			return buf.Bytes(), cut, err
+		}
+	}
+}
+
+// Events describes the state transitions the engine knows of a sandbox's
+// container (upstream's Docker "runtime" events: Docker keeps no event
+// history per container, so they are rebuilt from its state), one per line.
+func (m *Manager) Events(ctx context.Context, id string) ([]string, error) {
+	_, c, err := m.ready(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	short := c.ID
+	if len(short) > 12 {
+		short = short[:12]
+	}
+	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+	lines := []string{
+		fmt.Sprintf("Container:  %s (%s)", short, c.Name),
+		"Status:     " + c.Status,
+		"Created:    " + at(c.Created),
+	}
+	if !c.StartedAt.IsZero() {
+		lines = append(lines, "Started:    "+at(c.StartedAt))
+	}
+	if !c.FinishedAt.IsZero() {
+		lines = append(lines, "Finished:   "+at(c.FinishedAt))
+	}
+	if c.Paused {
+		lines = append(lines, "Event:      Paused")
+	}
+	if c.OOMKilled {
+		lines = append(lines, "Event:      OOMKilled - container was killed for exceeding its memory limit")
+	}
+	if !c.Running && !c.FinishedAt.IsZero() {
+		lines = append(lines, fmt.Sprintf("Event:      Exited with code %d", c.ExitCode))
+	}
+	if e := strings.TrimSpace(c.Error); e != "" {
+		lines = append(lines, "Event:      Error - "+e)
+	}
+	return lines, nil
+}

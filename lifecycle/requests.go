@@ -1,0 +1,34 @@
+package lifecycle
+
+import "strings"
+
+// applyRequests maps resourceRequests (upstream 1.1; Kubernetes' resource
+// requests) onto what Docker has for them, as the kubelet does on its
+// cgroups: a CPU request becomes the container's CPU weight (1024 shares
+// per CPU), a memory request its memory reservation, the soft limit the
+// kernel reclaims down to under memory pressure. A request above its limit
+// is refused, as Kubernetes does; other keys are ignored, like those of
+// resourceLimits.
+func applyRequests(res *Resources, requests map[string]string) error {
+	if v := strings.TrimSpace(requests["cpu"]); v != "" {
+		n, ok := ParseCPU(v)
+		if !ok {
+			return errf(KindInvalid, CodeInvalidParameter, "resourceRequests.cpu %q is not a CPU quantity (examples: \"500m\", \"1\", \"0.5\")", v)
+		}
+		if res.NanoCPUs > 0 && n > res.NanoCPUs {
+			return errf(KindInvalid, CodeInvalidParameter, "resourceRequests.cpu %q is more than the CPU limit", v)
+		}
+		res.CPUShares = max(n*1024/1e9, 2) // the kernel's minimum weight
+	}
+	if v := strings.TrimSpace(requests["memory"]); v != "" {
+		n, ok := ParseMemory(v)
+		if !ok || n <= 0 {
+			return errf(KindInvalid, CodeInvalidParameter, "resourceRequests.memory %q is not a memory quantity (examples: \"512Mi\", \"2Gi\", \"1G\")", v)
+		}
+		if res.MemoryBytes > 0 && n > res.MemoryBytes {
+			return errf(KindInvalid, CodeInvalidParameter, "resourceRequests.memory %q is more than the memory limit", v)
+		}
+		res.MemoryReservation = n
+	}
+	return nil
+}
