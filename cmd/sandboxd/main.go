@@ -159,19 +159,22 @@ func serve(args []string) error {
 	}
 	go reconcileThenReap(ctx, mgr, log)
 
-	ln, err := net.Listen("tcp", cfg.Addr())
+	tcp, err := net.Listen("tcp", cfg.Addr())
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr(), err)
 	}
 	ver, commit := build()
 	handler := api.New(cfg, mgr, rt, log)
 	handler.SetBuild(api.Build{Version: ver, Commit: commit})
+	ln := api.NewConnLimiter(tcp, maxConnections(cfg.Server.MaxConnections, fileLimit()), log)
 	srv := &http.Server{
 		Handler:           handler,
+		ConnState:         ln.ConnState,
 		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       cfg.Server.IdleTimeout.Duration,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", ver, "commit", commit, "instance", mgr.Instance(), "config", cfg.Path, "state_dir", cfg.Store.Dir)
+	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", ver, "commit", commit, "instance", mgr.Instance(), "config", cfg.Path, "state_dir", cfg.Store.Dir, "file_limit", fileLimit())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -187,6 +190,19 @@ func serve(args []string) error {
 		srv.Close()
 	}
 	return nil
+}
+
+// fdReserve is the file descriptors kept for everything but client
+// connections: the engine's socket, agent sessions, the store, files.
+const fdReserve = 256
+
+// maxConnections is the configured cap on client connections, lowered to
+// leave fdReserve descriptors free when the file limit is smaller.
+func maxConnections(configured, fileLimit int) int {
+	if fileLimit > 0 && fileLimit-fdReserve < configured {
+		return max(fileLimit-fdReserve, 16)
+	}
+	return configured
 }
 
 // reconcileThenReap adopts this instance's containers (retrying while
