@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxd/sandboxd/cmd/sandboxd/cli"
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/lifecycle"
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/agent"
 	"github.com/sandboxd/sandboxd/runtime/docker"
 )
@@ -148,11 +149,18 @@ func serve(args []string) error {
 		Host: cfg.Docker.Host, APITimeout: cfg.Docker.APITimeout.Duration, Logger: log,
 		MountDir:      filepath.Join(cfg.Store.Dir, "mounts"),
 		AgentBinaries: cfg.Runtime.AgentBinaries, EmbeddedAgents: embeddedAgents(),
+		LogMaxSize: cfg.Docker.LogMaxSize, LogMaxFiles: cfg.Docker.LogMaxFiles, DiskLimit: cfg.Docker.DiskLimit,
 	})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
+	if err := rt.CheckDiskLimit(ctx); err != nil {
+		if !errors.Is(err, runtime.ErrUnavailable) {
+			return err
+		}
+		log.Warn("cannot check that the storage driver supports [docker] disk_limit; creates fail if it does not", "err", err)
+	}
 	mgr, err := lifecycle.New(cfg, rt, store, log)
 	if err != nil {
 		return err
