@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
+	"golang.org/x/time/rate"
 
 	"github.com/sandboxd/sandboxd/runtime/agent"
 )
@@ -125,6 +126,9 @@ type agentSession struct {
 	// caller waiting for another's start can give up.
 	start  chan struct{}
 	client *agent.Client
+	// logLimit bounds the agent's stderr lines sandboxd logs, across
+	// restarts of the agent: sandbox code can write there.
+	logLimit *rate.Limiter
 }
 
 func (s *agentSession) alive() bool {
@@ -151,7 +155,7 @@ func (d *Docker) Agent(ctx context.Context, id string) (http.RoundTripper, error
 	d.mu.Lock()
 	s := d.sessions[id]
 	if s == nil {
-		s = &agentSession{start: make(chan struct{}, 1)}
+		s = &agentSession{start: make(chan struct{}, 1), logLimit: rate.NewLimiter(agentLogRate, agentLogBurst)}
 		d.sessions[id] = s
 	}
 	d.mu.Unlock()
@@ -269,10 +273,23 @@ func (d *Docker) attachAgent(id, execID string) (*agent.Client, error) {
 	return client, nil
 }
 
-// agentLog returns a writer that logs the agent's stderr line by line.
+// agentLog returns a writer that logs the agent's stderr line by line, at
+// most as fast as the sandbox's limiter allows.
 func (d *Docker) agentLog(id string) io.WriteCloser {
-	return &lineLogger{log: d.log.With("container", id)}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	limit := rate.NewLimiter(agentLogRate, agentLogBurst)
+	if s := d.sessions[id]; s != nil {
+		limit = s.logLimit
+	}
+	return &lineLogger{log: d.log.With("container", id), limit: limit}
 }
+
+// Lines of an agent's stderr logged per second, and in a burst.
+const (
+	agentLogRate  = 10
+	agentLogBurst = 100
+)
 
 // maxLogLine bounds the unterminated line kept between writes: a longer
 // one is logged in pieces.
@@ -284,6 +301,8 @@ const maxLogLine = 64 << 10
 type lineLogger struct {
 	log     *slog.Logger
 	partial []byte
+	limit   *rate.Limiter
+	dropped int // lines not logged since the last one that was
 }
 
 func (l *lineLogger) Write(p []byte) (int, error) {
@@ -303,17 +322,31 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// emit logs line and empties the partial line.
+// emit logs line, or counts it when over the rate, and empties the
+// partial line.
 func (l *lineLogger) emit(line []byte) {
-	l.log.Warn("agent", "line", string(line))
+	if l.limit.Allow() {
+		l.reportDropped()
+		l.log.Warn("agent", "line", string(line))
+	} else {
+		l.dropped++
+	}
 	l.partial = l.partial[:0]
 }
 
-// Close logs an unterminated last line.
+func (l *lineLogger) reportDropped() {
+	if l.dropped > 0 {
+		l.log.Warn("agent log lines dropped (over the rate limit)", "dropped", l.dropped)
+		l.dropped = 0
+	}
+}
+
+// Close logs an unterminated last line and what was dropped.
 func (l *lineLogger) Close() error {
 	if len(l.partial) > 0 {
 		l.emit(l.partial)
 	}
+	l.reportDropped()
 	return nil
 }
 
