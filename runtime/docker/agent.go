@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -302,7 +303,7 @@ type lineLogger struct {
 	log     *slog.Logger
 	partial []byte
 	limit   *rate.Limiter
-	dropped int // lines not logged since the last one that was
+	dropped atomic.Int64 // lines not logged and not yet reported
 }
 
 func (l *lineLogger) Write(p []byte) (int, error) {
@@ -326,18 +327,18 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 // partial line.
 func (l *lineLogger) emit(line []byte) {
 	if l.limit.Allow() {
-		l.reportDropped()
 		l.log.Warn("agent", "line", string(line))
-	} else {
-		l.dropped++
+	} else if l.dropped.Add(1) == 1 {
+		// The count is reported a second after the first drop: at most
+		// one line a second for a flood, and seen even if it ends.
+		time.AfterFunc(time.Second, l.reportDropped)
 	}
 	l.partial = l.partial[:0]
 }
 
 func (l *lineLogger) reportDropped() {
-	if l.dropped > 0 {
-		l.log.Warn("agent log lines dropped (over the rate limit)", "dropped", l.dropped)
-		l.dropped = 0
+	if n := l.dropped.Swap(0); n > 0 {
+		l.log.Warn("agent log lines dropped (over the rate limit)", "dropped", n)
 	}
 }
 
