@@ -20,14 +20,16 @@ const evictOnExhaustion = 16
 
 // ConnLimiter is the listener of the HTTP server together with its
 // ConnState hook. It keeps count of the open client connections and, when
-// there are more than max or the process runs out of file descriptors,
+// there are more than max() or the process runs out of file descriptors,
 // closes the ones idle longest (keep-alive connections between requests,
 // and connections that have not sent a request yet), so that anonymous
 // clients holding connections open cannot keep a key holder's request or
 // /health from being served.
 type ConnLimiter struct {
 	net.Listener
-	max int
+	// max is asked at every accept: the descriptor limit it follows can
+	// change while the process runs (prlimit).
+	max func() int
 	log *slog.Logger
 	// warn limits the warnings about closed connections (one per
 	// connection in a flood).
@@ -43,7 +45,7 @@ type connState struct {
 }
 
 // NewConnLimiter wraps ln; set the server's ConnState to its ConnState.
-func NewConnLimiter(ln net.Listener, max int, log *slog.Logger) *ConnLimiter {
+func NewConnLimiter(ln net.Listener, max func() int, log *slog.Logger) *ConnLimiter {
 	return &ConnLimiter{Listener: ln, max: max, log: log, warn: rate.NewLimiter(rate.Every(10*time.Second), 1), conns: map[net.Conn]*connState{}}
 }
 
@@ -59,8 +61,9 @@ func (l *ConnLimiter) Accept() (net.Conn, error) {
 			return nil, err // http.Server retries temporary errors with a backoff
 		}
 		l.mu.Lock()
-		over := len(l.conns) + 1 - l.max
+		n := len(l.conns)
 		l.mu.Unlock()
+		over := n + 1 - l.max()
 		if over > 0 {
 			l.closeIdle(over, "too many connections")
 		}

@@ -19,7 +19,7 @@ func TestConnLimiterClosesLongestIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	const max = 20
-	ln := NewConnLimiter(tcp, max, slog.New(slog.DiscardHandler))
+	ln := NewConnLimiter(tcp, func() int { return max }, slog.New(slog.DiscardHandler))
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), ConnState: ln.ConnState}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })

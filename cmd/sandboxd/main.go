@@ -174,7 +174,7 @@ func serve(args []string) error {
 	ver, commit := build()
 	handler := api.New(cfg, mgr, rt, log)
 	handler.SetBuild(api.Build{Version: ver, Commit: commit})
-	ln := api.NewConnLimiter(tcp, maxConnections(cfg.Server.MaxConnections, fileLimit()), log)
+	ln := api.NewConnLimiter(tcp, func() int { return maxConnections(cfg.Server.MaxConnections, fileLimit()) }, log)
 	srv := &http.Server{
 		Handler:           handler,
 		ConnState:         ln.ConnState,
