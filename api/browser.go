@@ -13,14 +13,15 @@ import (
 // or form POST) need no CORS preflight, and a DNS name the page controls
 // can be pointed at 127.0.0.1. What only browsers send is refused here.
 
-// browserCheck refuses a request that carries an Origin not listed in
-// [server] cors_origins (browsers send it on every cross-origin POST, and
-// no SDK sends it), and, on a server without an API key, a Host header that
+// browserCheck refuses a request that carries an Origin other than the
+// server's own (the console's pages) and not listed in [server]
+// cors_origins (browsers send it on every cross-origin POST, and no SDK
+// sends it), and, on a server without an API key, a Host header that
 // does not name this server (DNS rebinding: the page's own name resolving
 // to loopback). With a key, the key is what a page cannot have; Host is not
 // checked, so reverse proxies that forward their own Host keep working.
 func (s *Server) browserCheck(w http.ResponseWriter, r *http.Request) bool {
-	if origin := r.Header.Get("Origin"); origin != "" && !slices.Contains(s.cfg.Server.CORSOrigins, origin) {
+	if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) && !slices.Contains(s.cfg.Server.CORSOrigins, origin) {
 		writeError(w, r, http.StatusForbidden, codeForbiddenOrigin, "requests from web pages are refused unless their origin is listed in [server] cors_origins")
 		return false
 	}
@@ -29,6 +30,12 @@ func (s *Server) browserCheck(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	return true
+}
+
+// sameOrigin reports whether origin is the page's own server: the Host
+// the request was sent to, over http or https (behind a TLS proxy).
+func sameOrigin(origin, host string) bool {
+	return host != "" && (origin == "http://"+host || origin == "https://"+host)
 }
 
 // ownHost reports whether the Host header hostport names this server: a

@@ -33,7 +33,7 @@ func TestBrowserRequests(t *testing.T) {
 		{"text/plain command", keyed, "POST", cmd, `{"command":"id"}`, map[string]string{"Content-Type": "text/plain"}, 415, codeUnsupportedMedia},
 		{"foreign origin", keyed, "GET", "/v1/sandboxes", "", map[string]string{"Origin": "https://evil.example"}, 403, codeForbiddenOrigin},
 		{"foreign origin to the proxy", keyed, "POST", cmd, `{"command":"id"}`, map[string]string{"Origin": "null"}, 403, codeForbiddenOrigin},
-		{"foreign origin, open server", open, "POST", "/v1/sandboxes", createBody, map[string]string{"Origin": "http://127.0.0.1:8080"}, 403, codeForbiddenOrigin},
+		{"foreign origin, open server", open, "POST", "/v1/sandboxes", createBody, map[string]string{"Origin": "http://localhost:5173"}, 403, codeForbiddenOrigin},
 		{"rebinding host, open server", open, "POST", "/v1/sandboxes", createBody, map[string]string{"Host": "attacker.example:8080"}, 403, codeForbiddenHost},
 		{"rebinding host to health", open, "GET", "/health", "", map[string]string{"Host": "attacker.example"}, 403, codeForbiddenHost},
 
@@ -42,6 +42,8 @@ func TestBrowserRequests(t *testing.T) {
 		{"bodiless resume, text/plain", keyed, "POST", "/v1/sandboxes/" + id + "/resume", "", map[string]string{"Content-Type": "text/plain"}, 202, ""},
 		{"bodiless snapshot", keyed, "POST", "/v1/sandboxes/" + id + "/snapshots", "", nil, 202, ""},
 		{"configured origin", keyed, "GET", "/v1/sandboxes", "", map[string]string{"Origin": allowed}, 200, ""},
+		{"the console's own origin", keyed, "POST", "/v1/sandboxes", createBody, map[string]string{"Origin": "http://127.0.0.1:8080", "Host": "127.0.0.1:8080"}, 202, ""},
+		{"another port of the host", keyed, "POST", "/v1/sandboxes", createBody, map[string]string{"Origin": "http://127.0.0.1:3000", "Host": "127.0.0.1:8080"}, 403, codeForbiddenOrigin},
 		{"any Host with a key", keyed, "GET", "/v1/sandboxes", "", map[string]string{"Host": "sandboxd.internal:8080"}, 200, ""},
 		{"localhost", open, "GET", "/v1/sandboxes", "", map[string]string{"Host": "localhost:8080"}, 200, ""},
 		{"IPv6 loopback", open, "GET", "/v1/sandboxes", "", map[string]string{"Host": "[::1]:8080"}, 200, ""},
