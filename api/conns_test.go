@@ -37,6 +37,17 @@ func TestConnLimiterClosesLongestIdle(t *testing.T) {
 			t.Fatalf("request on a fresh connection: %v", err)
 		}
 		resp.Body.Close()
+		// The server marks it idle just after the answer is out; wait for
+		// that, so that which connection is longest idle is certain.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			ln.mu.Lock()
+			s := ln.conns[serverSide(ln, c)]
+			idle := s != nil && s.idle
+			ln.mu.Unlock()
+			if idle {
+				break
+			}
+		}
 		return c
 	}
 	var conns []net.Conn
@@ -57,4 +68,15 @@ func TestConnLimiterClosesLongestIdle(t *testing.T) {
 	if open > max {
 		t.Errorf("%d connections tracked, want at most %d", open, max)
 	}
+}
+
+// serverSide returns the server's end of client connection c, as the
+// limiter tracks it (the caller holds ln.mu).
+func serverSide(ln *ConnLimiter, c net.Conn) net.Conn {
+	for sc := range ln.conns {
+		if sc.RemoteAddr().String() == c.LocalAddr().String() {
+			return sc
+		}
+	}
+	return nil
 }

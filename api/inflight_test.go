@@ -146,7 +146,7 @@ func TestAccessLog(t *testing.T) {
 			e.srv = srv
 			id := e.create(t)
 			e.do(t, http.MethodGet, "/v1/sandboxes/"+id+"/proxy/44772/files/download?path=/secret-file", "", map[string]string{lifecycle.TokenHeader: e.mgr.Token(id)})
-			e.do(t, http.MethodGet, "/v1/sandboxes/"+id+"/proxy/8888/lab/tree/token-in-path?token=abc", "", nil)
+			e.do(t, http.MethodGet, "/v1/sandboxes/"+id+"/proxy/8888/lab/tree/token-in-path?token=query-token", "", nil)
 			out := buf.String()
 			if !on {
 				if strings.Contains(out, "msg=request") {
@@ -162,7 +162,7 @@ func TestAccessLog(t *testing.T) {
 					t.Errorf("access log lacks %q:\n%s", want, out)
 				}
 			}
-			for _, secret := range []string{testKey, e.mgr.Token(id), "secret-file", "token-in-path", "abc"} {
+			for _, secret := range []string{testKey, e.mgr.Token(id), "secret-file", "token-in-path", "query-token"} {
 				if strings.Contains(out, secret) {
 					t.Errorf("access log holds %q:\n%s", secret, out)
 				}
