@@ -124,9 +124,12 @@ func (e *env) do(t *testing.T, method, target, body string, headers map[string]s
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for k, v := range headers {
-		if v == "" {
+		switch {
+		case k == "Host":
+			req.Host = v
+		case v == "":
 			req.Header.Del(k)
-		} else {
+		default:
 			req.Header.Set(k, v)
 		}
 	}

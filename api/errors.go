@@ -11,6 +11,19 @@ import (
 	"github.com/sandboxd/sandboxd/lifecycle"
 )
 
+// Codes of refusals made by the HTTP layer itself. The BACKEND_* codes are
+// upstream's (1.1) for a proxied request the sandbox did not answer; like
+// upstream's, they carry no namespace.
+const (
+	codeUnsupportedMedia        = "GENERAL::UNSUPPORTED_MEDIA_TYPE"
+	codeForbiddenOrigin         = "GENERAL::FORBIDDEN_ORIGIN"
+	codeForbiddenHost           = "GENERAL::FORBIDDEN_HOST"
+	codeTooManyRequests         = "GENERAL::TOO_MANY_REQUESTS"
+	codeBackendConnectionFailed = "BACKEND_CONNECTION_FAILED"
+	codeBackendTimeout          = "BACKEND_TIMEOUT"
+	codeBackendResponseFailed   = "BACKEND_RESPONSE_FAILED"
+)
+
 // errorBody is the OpenSandbox error envelope.
 type errorBody struct {
 	Code    string `json:"code"`
@@ -79,8 +92,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, r, status, e.Code, e.Message)
 }
 
-// decodeJSON reads a bounded JSON body into v; it writes a 413 or 422 and
-// returns false on a bad body. Unknown fields are ignored, as upstream does.
+// decodeJSON reads a bounded JSON body into v; it writes a 413, 415 or 422
+// and returns false on a bad body. An empty body needs no Content-Type
+// (SDKs send none on a POST without body). Unknown fields are ignored, as upstream does.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) bool {
 	body := http.MaxBytesReader(w, r.Body, s.cfg.Server.MaxBodyBytes)
 	buf, err := io.ReadAll(body)
@@ -98,6 +112,9 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any, allow
 			return true
 		}
 		unprocessable(w, "missing", []string{"body"}, "Field required")
+		return false
+	}
+	if !requireJSON(w, r) {
 		return false
 	}
 	if err := json.Unmarshal(buf, v); err != nil {

@@ -1,7 +1,10 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -27,10 +30,21 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidPort, "port must be between 1 and 65535")
 		return
 	}
-	if !s.authorizeProxy(w, r, id) {
+	cred, ok := s.authorizeProxy(w, r, id)
+	if !ok {
 		return
 	}
+	release, ok := s.inflight.acquire(id, cred)
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, r, http.StatusTooManyRequests, codeTooManyRequests, fmt.Sprintf("too many requests in flight to sandbox %s or with this credential ([server] max_proxy_requests_per_sandbox, max_proxy_requests_per_token)", id))
+		return
+	}
+	defer release()
 	rest := proxyRest(r.URL.EscapedPath(), vars["port"])
+	if port == lifecycle.ExecdPort && r.ContentLength != 0 && rest != "/files/upload" && !requireJSON(w, r) {
+		return // execd takes JSON bodies only, but for uploads
+	}
 	transport, err := s.proxyTransport(w, r, id, port, rest)
 	if transport == nil {
 		if err != nil {
@@ -62,7 +76,8 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			s.log.Warn("proxy to sandbox failed", "request_id", lifecycle.RequestID(r.Context()), "sandbox_id", id, "port", port, "err", err)
-			writeError(w, r, http.StatusBadGateway, lifecycle.CodeGeneral, fmt.Sprintf("Could not reach port %d in sandbox %s: %v", port, id, err))
+			status, code, msg := backendFailure(err)
+			writeError(w, r, status, code, fmt.Sprintf("%s port %d of sandbox %s: %v", msg, port, id, err))
 		},
 	}
 	// Without full duplex, net/http closes the request body as soon as the
@@ -77,6 +92,21 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// backendFailure names a failed proxied request as upstream does: the
+// stream to the agent could not be opened, the transport timed out, or the
+// answer was broken (reset, malformed, headers past the limit).
+func backendFailure(err error) (status int, code, msg string) {
+	var op *net.OpError
+	var ne net.Error
+	switch {
+	case errors.As(err, &op) && op.Op == "dial":
+		return http.StatusBadGateway, codeBackendConnectionFailed, "Could not connect to the backend sandbox:"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return http.StatusGatewayTimeout, codeBackendTimeout, "Timed out waiting for"
+	}
+	return http.StatusBadGateway, codeBackendResponseFailed, "Broken response from"
+}
+
 // proxyRest returns the escaped path after /proxy/{port}.
 func proxyRest(escaped, port string) string {
 	marker := "/proxy/" + port
@@ -88,20 +118,26 @@ func proxyRest(escaped, port string) string {
 }
 
 // authorizeProxy accepts the sandbox's own token or an API key, from
-// headers only (never the query string or cookies).
-func (s *Server) authorizeProxy(w http.ResponseWriter, r *http.Request, id string) bool {
+// headers only (never the query string or cookies). It returns the name of
+// the credential used, for the cap on requests in flight per credential.
+func (s *Server) authorizeProxy(w http.ResponseWriter, r *http.Request, id string) (string, bool) {
 	if len(s.keys) == 0 {
-		return true
+		return "anonymous", true
 	}
 	tok := r.Header.Get(lifecycle.TokenHeader)
 	key := r.Header.Get(headerAPIKey)
-	if s.mgr.CheckToken(id, tok) || (tok != "" && s.validKey(tok)) || (key != "" && s.validKey(key)) {
-		return true
+	if s.mgr.CheckToken(id, tok) {
+		return "token:" + id, true
+	}
+	for _, k := range []string{tok, key} {
+		if i := s.keyIndex(k); i >= 0 {
+			return "key:" + strconv.Itoa(i), true
+		}
 	}
 	if tok == "" && key == "" {
 		writeError(w, r, http.StatusUnauthorized, "MISSING_API_KEY", "Authentication credentials are missing. Send the endpoint's headers ("+lifecycle.TokenHeader+") or an OPEN-SANDBOX-API-KEY header.")
-		return false
+		return "", false
 	}
 	writeError(w, r, http.StatusUnauthorized, "INVALID_API_KEY", "Authentication credentials are invalid for this sandbox.")
-	return false
+	return "", false
 }

@@ -1,12 +1,15 @@
 package api
 
 import (
+	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/distribution/reference"
 	"github.com/gorilla/mux"
 
 	"github.com/sandboxd/sandboxd/lifecycle"
@@ -14,7 +17,7 @@ import (
 
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req lifecycle.CreateRequest
-	if !s.decodeJSON(w, r, &req, false) {
+	if !s.decodeJSON(w, r, &req, false) || !validCreate(w, r, req) {
 		return
 	}
 	sb, err := s.mgr.Create(r.Context(), req)
@@ -23,6 +26,29 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, sb)
+}
+
+// maxTimeout is the longest timeout whose expiry can be computed: a
+// duration past it overflows, and the sandbox would expire at once.
+const maxTimeout = math.MaxInt64 / int64(time.Second)
+
+// validCreate refuses, with a 400, a create request the engine would
+// fail on or misread: a timeout too large to represent, an image reference
+// that is not one.
+func validCreate(w http.ResponseWriter, r *http.Request, req lifecycle.CreateRequest) bool {
+	if req.Timeout != nil && int64(*req.Timeout) > maxTimeout {
+		writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidParameter, fmt.Sprintf("timeout must be at most %d seconds (or null for manual cleanup)", maxTimeout))
+		return false
+	}
+	if req.Image != nil {
+		if uri := strings.TrimSpace(req.Image.URI); uri != "" {
+			if _, err := reference.ParseAnyReference(uri); err != nil {
+				writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidParameter, fmt.Sprintf("image.uri %q is not an image reference: %v", uri, err))
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,11 +43,14 @@ type Server struct {
 	keys   [][]byte
 	router *mux.Router
 	build  Build
+	// inflight caps proxied requests per sandbox and per credential.
+	inflight *inflight
 }
 
 // New builds the handler tree.
 func New(cfg config.Config, mgr *lifecycle.Manager, health Health, log *slog.Logger) *Server {
-	s := &Server{cfg: cfg, mgr: mgr, health: health, log: log, router: mux.NewRouter()}
+	s := &Server{cfg: cfg, mgr: mgr, health: health, log: log, router: mux.NewRouter(),
+		inflight: newInflight(cfg.Server.MaxProxyRequestsPerSandbox, cfg.Server.MaxProxyRequestsPerToken)}
 	for _, k := range cfg.APIKeysAll() {
 		s.keys = append(s.keys, []byte(k))
 	}
@@ -97,8 +101,8 @@ func (s *Server) routes() {
 // routeAdder registers a route under one of the API's prefixes.
 type routeAdder func(path string, h http.HandlerFunc) *mux.Route
 
-// ServeHTTP runs the middleware chain: request id, panic guard, CORS,
-// access log, authentication, then the routes.
+// ServeHTTP runs the middleware chain: request id, panic guard, access
+// log, browser checks (Host, Origin), CORS, authentication, then the routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := strings.TrimSpace(r.Header.Get(headerRequestID))
 	if id == "" || len(id) > 128 {
@@ -114,28 +118,51 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.log.Error("panic in handler", "request_id", id, "method", r.Method, "path", r.URL.Path, "panic", v)
+			s.log.Error("panic in handler", "request_id", id, "method", r.Method, "path", logPath(r.URL.Path), "panic", v)
 			if rec.status == 0 {
 				writeError(rec, r, http.StatusInternalServerError, lifecycle.CodeGeneral, "internal error; see the server log for request "+id)
 			}
 		}
-		level := slog.LevelInfo
-		if strings.Contains(r.URL.Path, "/proxy/") || r.URL.Path == "/health" {
-			level = slog.LevelDebug
-		}
-		attrs := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.code(), "duration_ms", time.Since(start).Milliseconds()}
-		if sb := sandboxIDOf(r.URL.Path); sb != "" {
-			attrs = append(attrs, "sandbox_id", sb)
-		}
-		s.log.Log(r.Context(), level, "request", attrs...)
+		s.accessLog(r, rec, id, start)
 	}()
-	if s.cors(rec, r) {
-		return
-	}
-	if !s.authorize(rec, r) {
+	if !s.browserCheck(rec, r) || s.cors(rec, r) || !s.authorize(rec, r) {
 		return
 	}
 	s.router.ServeHTTP(rec, r)
+}
+
+// accessLog writes the request's line: what was asked (never the query,
+// headers or bodies, where credentials and file contents travel) and how
+// it ended. /health, polled by load balancers, logs at DEBUG only.
+func (s *Server) accessLog(r *http.Request, rec *statusRecorder, id string, start time.Time) {
+	if !s.cfg.Log.Access {
+		return
+	}
+	level := slog.LevelInfo
+	if r.URL.Path == "/health" {
+		level = slog.LevelDebug
+	}
+	attrs := []any{"request_id", id, "method", r.Method, "path", logPath(r.URL.Path), "status", rec.code(), "bytes", rec.bytes, "duration_ms", time.Since(start).Milliseconds()}
+	if sb := sandboxIDOf(r.URL.Path); sb != "" {
+		attrs = append(attrs, "sandbox_id", sb)
+	}
+	s.log.Log(r.Context(), level, "request", attrs...)
+}
+
+// logPath is path as the access log shows it. Lifecycle paths hold only
+// ids, and so do the execd API's; a path forwarded to another port of a
+// sandbox is the sandbox's own business (it may carry tokens of the app
+// inside) and is cut after the port.
+func logPath(path string) string {
+	if !isProxyPath(path) {
+		return path
+	}
+	rest := path[strings.Index(path, "/proxy/")+len("/proxy/"):]
+	port, _, _ := strings.Cut(rest, "/")
+	if port == strconv.Itoa(lifecycle.ExecdPort) {
+		return path
+	}
+	return path[:len(path)-len(rest)] + port + "/…"
 }
 
 // cors adds CORS headers for configured origins only; it answers
@@ -184,12 +211,18 @@ func sandboxIDOf(path string) string {
 }
 
 // validKey compares k with every configured key in constant time.
-func (s *Server) validKey(k string) bool {
-	ok := 0
-	for _, key := range s.keys {
-		ok |= subtle.ConstantTimeCompare([]byte(k), key)
+func (s *Server) validKey(k string) bool { return s.keyIndex(k) >= 0 }
+
+// keyIndex returns the index of the configured key equal to k, or -1; it
+// compares k with every key in constant time. An empty k matches none.
+func (s *Server) keyIndex(k string) int {
+	found := -1
+	for i, key := range s.keys {
+		if subtle.ConstantTimeCompare([]byte(k), key) == 1 {
+			found = i
+		}
 	}
-	return ok == 1
+	return found
 }
 
 // authorize enforces the API key on everything but /health, the console's
@@ -249,11 +282,12 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// statusRecorder remembers the status for the access log and keeps the
+// statusRecorder remembers the status and size for the access log and keeps the
 // optional interfaces (Flusher, Hijacker) the proxy needs.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	bytes  int64 // body bytes written
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -267,7 +301,9 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
 	}
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	s.bytes += int64(n)
+	return n, err
 }
 
 func (s *statusRecorder) code() int {

@@ -169,11 +169,11 @@ func TestCORS(t *testing.T) {
 		cors    bool
 	}{
 		{"foreign origin preflight", []string{allowed}, "OPTIONS",
-			map[string]string{"Origin": "https://evil.example", "Access-Control-Request-Method": "DELETE", headerAPIKey: ""}, 401, false},
+			map[string]string{"Origin": "https://evil.example", "Access-Control-Request-Method": "DELETE", headerAPIKey: ""}, 403, false},
 		{"no origins configured", nil, "OPTIONS",
-			map[string]string{"Origin": allowed, "Access-Control-Request-Method": "GET", headerAPIKey: ""}, 401, false},
+			map[string]string{"Origin": allowed, "Access-Control-Request-Method": "GET", headerAPIKey: ""}, 403, false},
 		{"foreign origin simple request", []string{allowed}, "GET",
-			map[string]string{"Origin": "https://evil.example"}, 200, false},
+			map[string]string{"Origin": "https://evil.example"}, 403, false},
 		{"configured origin preflight", []string{allowed}, "OPTIONS",
 			map[string]string{"Origin": allowed, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "open-sandbox-api-key", headerAPIKey: ""}, 204, true},
 		{"configured origin request", []string{allowed}, "GET",

@@ -47,6 +47,17 @@ type Server struct {
 	CORSOrigins              []string `toml:"cors_origins"`
 	// MaxBodyBytes bounds JSON request bodies; file uploads stream and are not bound by it.
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
+	// MaxProxyRequestsPerSandbox and MaxProxyRequestsPerToken cap the proxied requests in
+	// flight to one sandbox and with one credential (a sandbox token, an API key); more
+	// are refused with 429, so a sandbox or a token holder cannot hold unbounded memory
+	// and goroutines of sandboxd.
+	MaxProxyRequestsPerSandbox int `toml:"max_proxy_requests_per_sandbox"`
+	MaxProxyRequestsPerToken   int `toml:"max_proxy_requests_per_token"`
+	// MaxConnections bounds open client connections: past it (or when descriptors run
+	// out) the longest-idle connections are closed so that a new request is served.
+	MaxConnections int `toml:"max_connections"`
+	// IdleTimeout closes keep-alive connections idle this long.
+	IdleTimeout Duration `toml:"idle_timeout"`
 	// Insecure allows starting without an API key (loopback only). It is never read from
 	// the file: flag --insecure or env OPENSANDBOX_INSECURE_SERVER=YES sets it.
 	Insecure bool
@@ -56,6 +67,9 @@ type Server struct {
 type Log struct {
 	// Level is DEBUG, INFO, WARN (or WARNING) or ERROR; Load upper-cases it.
 	Level string `toml:"level"`
+	// Access logs one line per request at INFO (method, path, status, bytes, duration,
+	// sandbox and request id; never the query, headers or bodies).
+	Access bool `toml:"access"`
 }
 
 // SlogLevel returns Level as a slog level; INFO for a level Load would have refused.
@@ -114,6 +128,15 @@ type Docker struct {
 	// OCIRuntime is the Docker runtime name (e.g. "runsc"); also read from upstream's
 	// [secure_runtime] docker_runtime.
 	OCIRuntime string `toml:"runtime"`
+	// LogMaxSize and LogMaxFiles rotate each sandbox's container log (json-file driver:
+	// max-size, max-file), so that output of a sandbox's main process cannot fill the
+	// host's disk.
+	LogMaxSize  string `toml:"log_max_size"`
+	LogMaxFiles int    `toml:"log_max_files"`
+	// DiskLimit caps each sandbox's writable root filesystem (e.g. "10G"; Docker's
+	// storage-opt size); "" = no cap. Only some storage drivers support it (overlay2 on
+	// xfs with pquota, btrfs, zfs, devicemapper); elsewhere creates fail with a clear error.
+	DiskLimit string `toml:"disk_limit"`
 }
 
 // Storage is the [storage] section: what sandboxes may mount.
@@ -160,8 +183,14 @@ func Default() Config {
 			Host:         "127.0.0.1",
 			Port:         8080,
 			MaxBodyBytes: 1 << 20,
+			// A sandbox's commands, file calls and forwarded ports together; SDKs open a
+			// few at a time.
+			MaxProxyRequestsPerSandbox: 128,
+			MaxProxyRequestsPerToken:   512,
+			MaxConnections:             4096,
+			IdleTimeout:                Duration{90 * time.Second},
 		},
-		Log:     Log{Level: "INFO"},
+		Log:     Log{Level: "INFO", Access: true},
 		Runtime: Runtime{Type: "docker"},
 		Docker: Docker{
 			NetworkMode:      "bridge",
@@ -184,6 +213,8 @@ func Default() Config {
 			PidsLimit:       4096,
 			DefaultMemory:   "2Gi",
 			DefaultCPU:      "1",
+			LogMaxSize:      "10m",
+			LogMaxFiles:     3,
 		},
 		Lifecycle: Lifecycle{ReaperInterval: Duration{5 * time.Second}},
 		Store:     Store{Dir: "~/.sandboxd"},

@@ -49,7 +49,15 @@ func TestDefault(t *testing.T) {
 		{"server.cors_origins", len(c.Server.CORSOrigins), 0},
 		{"server.max_body_bytes", c.Server.MaxBodyBytes, int64(1 << 20)},
 		{"server.insecure", c.Server.Insecure, false},
+		{"server.max_proxy_requests_per_sandbox", c.Server.MaxProxyRequestsPerSandbox, 128},
+		{"server.max_proxy_requests_per_token", c.Server.MaxProxyRequestsPerToken, 512},
+		{"server.max_connections", c.Server.MaxConnections, 4096},
+		{"server.idle_timeout", c.Server.IdleTimeout.Duration, 90 * time.Second},
 		{"log.level", c.Log.Level, "INFO"},
+		{"log.access", c.Log.Access, true},
+		{"docker.log_max_size", c.Docker.LogMaxSize, "10m"},
+		{"docker.log_max_files", c.Docker.LogMaxFiles, 3},
+		{"docker.disk_limit", c.Docker.DiskLimit, ""},
 		{"runtime.type", c.Runtime.Type, "docker"},
 		{"docker.host", c.Docker.Host, ""},
 		{"docker.network_mode", c.Docker.NetworkMode, "bridge"},
@@ -107,9 +115,14 @@ eip = "sandbox.example.com"
 max_sandbox_timeout_seconds = 3600
 cors_origins = ["https://app.example.com"]
 max_body_bytes = 2048
+max_proxy_requests_per_sandbox = 8
+max_proxy_requests_per_token = 16
+max_connections = 100
+idle_timeout = "10s"
 
 [log]
 level = "debug"
+access = false
 
 [runtime]
 type = "docker"
@@ -131,6 +144,9 @@ default_cpu = "500m"
 read_only_rootfs = true
 user = "1000:1000"
 runtime = "runsc"
+log_max_size = "1m"
+log_max_files = 2
+disk_limit = "5G"
 
 [storage]
 allowed_host_paths = ["/srv/data/"]
@@ -162,16 +178,20 @@ func TestLoadEveryKey(t *testing.T) {
 	path := writeConfig(t, everyKey)
 	want := Config{
 		Server: Server{
-			Host:                     "0.0.0.0",
-			Port:                     9090,
-			APIKey:                   "k1",
-			APIKeys:                  []string{"k2", "k3"},
-			EIP:                      "sandbox.example.com",
-			MaxSandboxTimeoutSeconds: 3600,
-			CORSOrigins:              []string{"https://app.example.com"},
-			MaxBodyBytes:             2048,
+			Host:                       "0.0.0.0",
+			Port:                       9090,
+			APIKey:                     "k1",
+			APIKeys:                    []string{"k2", "k3"},
+			EIP:                        "sandbox.example.com",
+			MaxSandboxTimeoutSeconds:   3600,
+			CORSOrigins:                []string{"https://app.example.com"},
+			MaxBodyBytes:               2048,
+			MaxProxyRequestsPerSandbox: 8,
+			MaxProxyRequestsPerToken:   16,
+			MaxConnections:             100,
+			IdleTimeout:                Duration{10 * time.Second},
 		},
-		Log:     Log{Level: "DEBUG"},
+		Log:     Log{Level: "DEBUG", Access: false},
 		Runtime: Runtime{Type: "docker", AgentBinaries: map[string]string{"linux/arm64": "/opt/sandboxd/sandboxd-linux-arm64"}},
 		Docker: Docker{
 			Host:             "unix:///run/docker.sock",
@@ -189,6 +209,9 @@ func TestLoadEveryKey(t *testing.T) {
 			ReadOnlyRootfs:   true,
 			User:             "1000:1000",
 			OCIRuntime:       "runsc",
+			LogMaxSize:       "1m",
+			LogMaxFiles:      2,
+			DiskLimit:        "5G",
 		},
 		Storage: Storage{
 			AllowedHostPaths: []string{"/srv/data"},
@@ -403,6 +426,14 @@ func TestLoadValidation(t *testing.T) {
 		{`server.max_sandbox_timeout_seconds = 59`, []string{`server.max_sandbox_timeout_seconds: must be 0 (no cap) or at least 60, got 59`}},
 		{`server.max_sandbox_timeout_seconds = -1`, []string{`server.max_sandbox_timeout_seconds: must be 0 (no cap) or at least 60, got -1`}},
 		{`server.max_body_bytes = 0`, []string{`server.max_body_bytes: must be positive, got 0`}},
+		{`server.max_proxy_requests_per_sandbox = 0`, []string{`server.max_proxy_requests_per_sandbox: must be positive, got 0`}},
+		{`server.max_proxy_requests_per_token = -1`, []string{`server.max_proxy_requests_per_token: must be positive, got -1`}},
+		{`server.max_connections = 8`, []string{`server.max_connections: must be at least 16, got 8`}},
+		{`server.idle_timeout = 0`, []string{`server.idle_timeout: must be positive`}},
+		{`docker.log_max_size = "ten"`, []string{`docker.log_max_size: must be a size such as "10m" or "" (no rotation), got "ten"`}},
+		{`docker.log_max_size = "0m"`, []string{`docker.log_max_size: must be a size such as "10m" or "" (no rotation), got "0m"`}},
+		{`docker.log_max_files = 0`, []string{`docker.log_max_files: must be at least 1, got 0`}},
+		{`docker.disk_limit = "10 GB of disk"`, []string{`docker.disk_limit: must be a size such as "10G" or "" (no limit), got "10 GB of disk"`}},
 		{`log.level = "TRACE"`, []string{`log.level: must be DEBUG, INFO, WARN or ERROR, got "TRACE"`}},
 		{`runtime.type = "kubernetes"`, []string{`runtime.type: "kubernetes" is not supported; the only runtime is "docker"`}},
 		{`runtime.agent_binaries = { "linux/arm64" = "bin/sandboxd", "arm64" = "/bin/sandboxd" }`, []string{

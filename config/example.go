@@ -92,10 +92,22 @@ max_sandbox_timeout_seconds = 0
 cors_origins = []
 # Largest JSON request body, in bytes. File uploads stream and are not bound by it.
 max_body_bytes = 1048576
+# Proxied requests (commands, files, forwarded ports) in flight at once to one sandbox, and
+# with one credential (a sandbox's token, an API key); more are refused with 429.
+max_proxy_requests_per_sandbox = 128
+max_proxy_requests_per_token = 512
+# Open client connections; past it, or when file descriptors run out, the longest-idle
+# connections are closed first so that new requests are still served.
+max_connections = 4096
+# Keep-alive connections idle this long are closed.
+idle_timeout = "90s"
 
 [log]
 # DEBUG, INFO, WARN or ERROR.
 level = "INFO"
+# One line per request at INFO: method, path, status, bytes, duration, sandbox and request
+# id (never the query, headers or bodies).
+access = true
 
 [runtime]
 # Where sandboxes run. Only "docker" is supported.
@@ -143,6 +155,13 @@ read_only_rootfs = false
 user = ""
 # OCI runtime of the sandboxes, e.g. "runsc" for gVisor; "" = Docker's default (runc).
 runtime = ""
+# Rotation of each sandbox's container log (json-file driver): size of one file and how
+# many are kept. "" = no rotation.
+log_max_size = "10m"
+log_max_files = 3
+# Size limit of each sandbox's writable root filesystem, e.g. "10G"; "" = none. Needs a
+# storage driver that supports it (overlay2 on xfs mounted with pquota, btrfs, zfs).
+disk_limit = ""
 
 [storage]
 # Host directories under which sandboxes may bind-mount host paths (absolute, ~/ allowed).

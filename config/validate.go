@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -24,6 +25,10 @@ func (c Config) validate() error {
 	check(s.MaxSandboxTimeoutSeconds == 0 || s.MaxSandboxTimeoutSeconds >= 60,
 		"server.max_sandbox_timeout_seconds", "must be 0 (no cap) or at least 60, got %d", s.MaxSandboxTimeoutSeconds)
 	check(s.MaxBodyBytes > 0, "server.max_body_bytes", "must be positive, got %d", s.MaxBodyBytes)
+	check(s.MaxProxyRequestsPerSandbox > 0, "server.max_proxy_requests_per_sandbox", "must be positive, got %d", s.MaxProxyRequestsPerSandbox)
+	check(s.MaxProxyRequestsPerToken > 0, "server.max_proxy_requests_per_token", "must be positive, got %d", s.MaxProxyRequestsPerToken)
+	check(s.MaxConnections >= 16, "server.max_connections", "must be at least 16, got %d", s.MaxConnections)
+	check(s.IdleTimeout.Duration > 0, "server.idle_timeout", "must be positive")
 
 	_, ok := parseLevel(c.Log.Level)
 	check(ok, "log.level", "must be DEBUG, INFO, WARN or ERROR, got %q", c.Log.Level)
@@ -44,6 +49,9 @@ func (c Config) validate() error {
 	check(!strings.HasPrefix(d.NetworkMode, "container:"), "docker.network_mode",
 		"%q is refused: sharing another container's network namespace defeats sandbox isolation", d.NetworkMode)
 	check(d.APITimeout.Duration > 0, "docker.api_timeout", "must be positive")
+	check(d.LogMaxSize == "" || isByteSize(d.LogMaxSize), "docker.log_max_size", `must be a size such as "10m" or "" (no rotation), got %q`, d.LogMaxSize)
+	check(d.LogMaxFiles >= 1, "docker.log_max_files", "must be at least 1, got %d", d.LogMaxFiles)
+	check(d.DiskLimit == "" || isByteSize(d.DiskLimit), "docker.disk_limit", `must be a size such as "10G" or "" (no limit), got %q`, d.DiskLimit)
 	check(d.PidsLimit >= 0, "docker.pids_limit", "must not be negative (0 = no limit), got %d", d.PidsLimit)
 	for i, name := range d.DropCapabilities {
 		check(isCapability(name), fmt.Sprintf("docker.drop_capabilities[%d]", i), "%q is not a capability name such as \"ALL\" or \"NET_RAW\"", name)
@@ -77,6 +85,14 @@ func (c Config) validate() error {
 		check(p.Size >= 0, key+".size", "must not be negative, got %d", p.Size)
 	}
 	return errors.Join(errs...)
+}
+
+// byteSize is a size as Docker's log and storage options parse it (units.RAMInBytes).
+var byteSize = regexp.MustCompile(`^[0-9]+ ?[kKmMgGtT]?[iI]?[bB]?$`)
+
+// isByteSize reports whether s is a positive size such as "10m" or "5GiB".
+func isByteSize(s string) bool {
+	return byteSize.MatchString(s) && strings.Trim(s, "0 kKmMgGtTiIbB") != ""
 }
 
 // isCapability reports whether name looks like a Linux capability as Docker accepts it:

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -311,4 +312,145 @@ func TestSecurityBodyLimit(t *testing.T) {
 	var created sandboxJSON
 	s.doJSON(t, http.MethodPost, "/v1/sandboxes", withEnv("small"), http.StatusAccepted, &created)
 	s.doJSON(t, http.MethodDelete, sandboxPath(created.ID), nil, http.StatusNoContent, nil)
+}
+
+// secRawRequest sends one request as a browser would: body, headers and
+// the Host header as given, no API key unless in hdr.
+func secRawRequest(t *testing.T, method, url, host, body string, hdr map[string]string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, data
+}
+
+// TestSecurityBrowserRequests replays what a web page can send to a local
+// sandboxd without a CORS preflight: a text/plain create (a "simple"
+// request), requests with a foreign Origin, and, in insecure mode, a
+// request to a DNS name the page controls that resolves to loopback
+// (rebinding). Each is refused and nothing is created or run; the same
+// requests as the SDKs send them work.
+func TestSecurityBrowserRequests(t *testing.T) {
+	s := startServer(t)
+	create, err := json.Marshal(busyboxRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := map[string]string{apiKeyHeader: s.APIKey}
+	withKey := func(h map[string]string) map[string]string {
+		for k, v := range key {
+			h[k] = v
+		}
+		return h
+	}
+	status, hdr, body := secRawRequest(t, http.MethodPost, s.URL+"/v1/sandboxes", "", string(create), withKey(map[string]string{"Content-Type": "text/plain;charset=UTF-8"}))
+	secWantError(t, "text/plain create", status, hdr, body, http.StatusUnsupportedMediaType, "GENERAL::")
+	status, hdr, body = secRawRequest(t, http.MethodPost, s.URL+"/v1/sandboxes", "", string(create), withKey(map[string]string{"Content-Type": "application/json", "Origin": "https://evil.example"}))
+	secWantError(t, "foreign-Origin create", status, hdr, body, http.StatusForbidden, "GENERAL::")
+	if n := secInstanceContainers(t, s); n != 0 {
+		t.Fatalf("refused creates made %d container(s)", n)
+	}
+
+	box := newExecdBox(t, s, busyboxRequest())
+	cmd := `{"command":"touch /tmp/ran"}`
+	status, hdr, body = secRawRequest(t, http.MethodPost, s.URL+box.path("/command"), "", cmd, withKey(map[string]string{"Content-Type": "text/plain"}))
+	secWantError(t, "text/plain command", status, hdr, body, http.StatusUnsupportedMediaType, "GENERAL::")
+	status, hdr, body = secRawRequest(t, http.MethodPost, s.URL+box.path("/command"), "", cmd, withKey(map[string]string{"Content-Type": "application/json", "Origin": "null"}))
+	secWantError(t, "foreign-Origin command", status, hdr, body, http.StatusForbidden, "GENERAL::")
+	if out, _ := box.secShell(t, "test -e /tmp/ran && echo ran || echo absent"); out != "absent" {
+		t.Errorf("a refused command ran: %s", out)
+	}
+	// Bodiless POSTs as the SDKs send them (no Content-Type) still work.
+	for _, p := range []string{"/pause", "/resume"} {
+		if status, _, body := secRawRequest(t, http.MethodPost, s.URL+sandboxPath(box.ID, p), "", "", key); status != http.StatusAccepted {
+			t.Errorf("bodiless POST %s: %d %s", p, status, body)
+		}
+		if p == "/pause" {
+			waitState(t, s, box.ID, "Paused")
+		}
+	}
+	waitState(t, s, box.ID, "Running")
+
+	// Insecure mode: the Host must name loopback (or the configured host).
+	p := secStart(t, `host = "127.0.0.1"`, nil, "--insecure")
+	p.waitHealthy(t)
+	open := fmt.Sprintf("http://127.0.0.1:%d", p.port)
+	status, hdr, body = secRawRequest(t, http.MethodPost, open+"/v1/sandboxes", fmt.Sprintf("rebind.attacker.example:%d", p.port), string(create), map[string]string{"Content-Type": "application/json"})
+	secWantError(t, "rebinding Host", status, hdr, body, http.StatusForbidden, "GENERAL::")
+	for _, host := range []string{"", fmt.Sprintf("localhost:%d", p.port)} {
+		if status, _, body := secRawRequest(t, http.MethodGet, open+"/v1/sandboxes", host, "", nil); status != http.StatusOK {
+			t.Errorf("insecure server with Host %q: %d %s", host, status, body)
+		}
+	}
+}
+
+// TestSecurityCreateValidation sends a timeout that overflows (it used to
+// make the sandbox expire at once) and malformed image references (they
+// used to be 500s from the engine): 400 with the envelope, nothing made.
+func TestSecurityCreateValidation(t *testing.T) {
+	s := startServer(t)
+	for name, req := range map[string]any{
+		"overflowing timeout": busyboxWith(map[string]any{"timeout": json.Number("9223372036854775807")}),
+		"upper-case image":    busyboxWith(map[string]any{"image": map[string]any{"uri": "SandboxD-Test/BusyBox:latest"}}),
+		"malformed image":     busyboxWith(map[string]any{"image": map[string]any{"uri": "busybox:la:test"}}),
+	} {
+		status, hdr, body := s.do(t, http.MethodPost, "/v1/sandboxes", req, nil)
+		secWantError(t, name, status, hdr, body, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER")
+	}
+	if n := secInstanceContainers(t, s); n != 0 {
+		t.Errorf("refused creates made %d container(s)", n)
+	}
+}
+
+// TestSecurityAccessLog checks the access log: one INFO line per request
+// with method, path, status, bytes, duration, sandbox and request id, and
+// neither credentials, the query, nor file contents; none with
+// [log] access = false.
+func TestSecurityAccessLog(t *testing.T) {
+	s := startServer(t)
+	box := newExecdBox(t, s, busyboxRequest())
+	const content = "file-content-not-for-logs"
+	uploadFile(t, s, box.ID, "/tmp/secret.txt", content)
+	if got := downloadFile(t, s, box.ID, "/tmp/secret.txt"); got != content {
+		t.Fatalf("download = %q", got)
+	}
+	box.secShell(t, "echo command-output-not-for-logs")
+	data, err := os.ReadFile(s.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := string(data)
+	for _, want := range []string{
+		"level=INFO msg=request", "method=POST path=/v1/sandboxes status=202",
+		"path=/sandboxes/" + box.ID + "/proxy/44772/command status=200", "path=/sandboxes/" + box.ID + "/proxy/44772/files/download",
+		"sandbox_id=" + box.ID, "bytes=", "duration_ms=", "request_id=",
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("access log lacks %q", want)
+		}
+	}
+	for _, secret := range []string{s.APIKey, box.Headers[execdTokenHeader], content, "command-output-not-for-logs", "secret.txt"} {
+		if strings.Contains(log, secret) {
+			t.Errorf("sandboxd's log holds %q", secret)
+		}
+	}
+
+	quiet := startServer(t, withTOML("[log]\naccess = false\n"))
+	quiet.doJSON(t, http.MethodGet, "/v1/sandboxes", nil, http.StatusOK, nil)
+	if data, err := os.ReadFile(quiet.LogPath); err != nil || strings.Contains(string(data), "msg=request") {
+		t.Errorf("access lines with access = false (%v):\n%s", err, data)
+	}
 }

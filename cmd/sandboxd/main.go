@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxd/sandboxd/cmd/sandboxd/cli"
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/lifecycle"
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/agent"
 	"github.com/sandboxd/sandboxd/runtime/docker"
 )
@@ -148,30 +149,40 @@ func serve(args []string) error {
 		Host: cfg.Docker.Host, APITimeout: cfg.Docker.APITimeout.Duration, Logger: log,
 		MountDir:      filepath.Join(cfg.Store.Dir, "mounts"),
 		AgentBinaries: cfg.Runtime.AgentBinaries, EmbeddedAgents: embeddedAgents(),
+		LogMaxSize: cfg.Docker.LogMaxSize, LogMaxFiles: cfg.Docker.LogMaxFiles, DiskLimit: cfg.Docker.DiskLimit,
 	})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
+	if err := rt.CheckDiskLimit(ctx); err != nil {
+		if !errors.Is(err, runtime.ErrUnavailable) {
+			return err
+		}
+		log.Warn("cannot check that the storage driver supports [docker] disk_limit; creates fail if it does not", "err", err)
+	}
 	mgr, err := lifecycle.New(cfg, rt, store, log)
 	if err != nil {
 		return err
 	}
 	go reconcileThenReap(ctx, mgr, log)
 
-	ln, err := net.Listen("tcp", cfg.Addr())
+	tcp, err := net.Listen("tcp", cfg.Addr())
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr(), err)
 	}
 	ver, commit := build()
 	handler := api.New(cfg, mgr, rt, log)
 	handler.SetBuild(api.Build{Version: ver, Commit: commit})
+	ln := api.NewConnLimiter(tcp, func() int { return maxConnections(cfg.Server.MaxConnections, fileLimit()) }, log)
 	srv := &http.Server{
 		Handler:           handler,
+		ConnState:         ln.ConnState,
 		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       cfg.Server.IdleTimeout.Duration,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", ver, "commit", commit, "instance", mgr.Instance(), "config", cfg.Path, "state_dir", cfg.Store.Dir)
+	log.Info("sandboxd listening", "addr", ln.Addr().String(), "version", ver, "commit", commit, "instance", mgr.Instance(), "config", cfg.Path, "state_dir", cfg.Store.Dir, "file_limit", fileLimit())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -187,6 +198,19 @@ func serve(args []string) error {
 		srv.Close()
 	}
 	return nil
+}
+
+// fdReserve is the file descriptors kept for everything but client
+// connections: the engine's socket, agent sessions, the store, files.
+const fdReserve = 256
+
+// maxConnections is the configured cap on client connections, lowered to
+// leave fdReserve descriptors free when the file limit is smaller.
+func maxConnections(configured, fileLimit int) int {
+	if fileLimit > 0 && fileLimit-fdReserve < configured {
+		return max(fileLimit-fdReserve, 16)
+	}
+	return configured
 }
 
 // reconcileThenReap adopts this instance's containers (retrying while

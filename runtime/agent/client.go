@@ -12,6 +12,10 @@ import (
 	"github.com/hashicorp/yamux"
 )
 
+// MaxResponseHeaderBytes bounds the response headers sandboxd reads from a
+// sandbox.
+const MaxResponseHeaderBytes = 64 << 10
+
 // Client is the host side of the connection to one agent: HTTP requests to
 // the execd API travel over yamux streams on the agent's stdin and stdout.
 type Client struct {
@@ -30,13 +34,22 @@ func Dial(conn io.ReadWriteCloser) (*Client, error) {
 		// Every new HTTP connection is a new stream; the URL's host is
 		// irrelevant.
 		DialContext: func(context.Context, string, string) (net.Conn, error) {
-			return session.Open()
+			conn, err := session.Open()
+			if err != nil {
+				// A dial error, as callers classify failures.
+				return nil, &net.OpError{Op: "dial", Net: "yamux", Err: err}
+			}
+			return conn, nil
 		},
-		Proxy:               nil,
-		DisableCompression:  true, // the agent is local: compression only costs CPU
-		MaxIdleConns:        64,
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     90 * time.Second,
+		// Headers come from the sandbox (its servers, or a replaced agent):
+		// Go's default of 10 MiB per response would let it grow sandboxd's
+		// memory by that much per request.
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
+		Proxy:                  nil,
+		DisableCompression:     true, // the agent is local: compression only costs CPU
+		MaxIdleConns:           64,
+		MaxIdleConnsPerHost:    64,
+		IdleConnTimeout:        90 * time.Second,
 	}
 	return c, nil
 }

@@ -3,6 +3,8 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -62,7 +64,18 @@ func (s *server) proxy(w http.ResponseWriter, r *http.Request) {
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			s.log.Debug("proxy error", "port", port, "err", err)
-			http.Error(w, "Bad Gateway", http.StatusBadGateway)
+			// Upstream's codes: nothing listening (or no answer to the
+			// connect) is a connection failure, any later timeout a 504.
+			var op *net.OpError
+			var ne net.Error
+			switch {
+			case errors.As(err, &op) && op.Op == "dial":
+				writeError(w, http.StatusBadGateway, "BACKEND_CONNECTION_FAILED", fmt.Sprintf("Could not connect to the backend sandbox 127.0.0.1:%d: %v", port, err))
+			case errors.As(err, &ne) && ne.Timeout():
+				writeError(w, http.StatusGatewayTimeout, "BACKEND_TIMEOUT", fmt.Sprintf("Timed out waiting for 127.0.0.1:%d: %v", port, err))
+			default:
+				writeError(w, http.StatusBadGateway, "BACKEND_RESPONSE_FAILED", fmt.Sprintf("Broken response from 127.0.0.1:%d: %v", port, err))
+			}
 		},
 	}
 	rp.ServeHTTP(w, r)

@@ -61,9 +61,13 @@ func TestProxy(t *testing.T) {
 	}
 	closed := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	if resp := a.do(t, http.MethodGet, fmt.Sprintf("/proxy/%d/", closed), nil); resp.StatusCode != http.StatusBadGateway {
-		t.Errorf("closed port: %s, want 502", resp.Status)
-	}
+	wantError(t, a.do(t, http.MethodGet, fmt.Sprintf("/proxy/%d/", closed), nil), http.StatusBadGateway, "BACKEND_CONNECTION_FAILED")
+	// A server that hangs up before answering gives a broken response.
+	hangup := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, _ := http.NewResponseController(w).Hijack()
+		conn.Close()
+	}))
+	wantError(t, a.do(t, http.MethodGet, "/proxy/"+hangup+"/", nil), http.StatusBadGateway, "BACKEND_RESPONSE_FAILED")
 	wantError(t, a.do(t, http.MethodGet, "/proxy/99999/", nil), http.StatusBadRequest, codeInvalidRequest)
 }
 

@@ -11,12 +11,14 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
+	"golang.org/x/time/rate"
 
 	"github.com/sandboxd/sandboxd/runtime/agent"
 )
@@ -125,6 +127,9 @@ type agentSession struct {
 	// caller waiting for another's start can give up.
 	start  chan struct{}
 	client *agent.Client
+	// logLimit bounds the agent's stderr lines sandboxd logs, across
+	// restarts of the agent: sandbox code can write there.
+	logLimit *rate.Limiter
 }
 
 func (s *agentSession) alive() bool {
@@ -151,7 +156,7 @@ func (d *Docker) Agent(ctx context.Context, id string) (http.RoundTripper, error
 	d.mu.Lock()
 	s := d.sessions[id]
 	if s == nil {
-		s = &agentSession{start: make(chan struct{}, 1)}
+		s = &agentSession{start: make(chan struct{}, 1), logLimit: rate.NewLimiter(agentLogRate, agentLogBurst)}
 		d.sessions[id] = s
 	}
 	d.mu.Unlock()
@@ -269,10 +274,23 @@ func (d *Docker) attachAgent(id, execID string) (*agent.Client, error) {
 	return client, nil
 }
 
-// agentLog returns a writer that logs the agent's stderr line by line.
+// agentLog returns a writer that logs the agent's stderr line by line, at
+// most as fast as the sandbox's limiter allows.
 func (d *Docker) agentLog(id string) io.WriteCloser {
-	return &lineLogger{log: d.log.With("container", id)}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	limit := rate.NewLimiter(agentLogRate, agentLogBurst)
+	if s := d.sessions[id]; s != nil {
+		limit = s.logLimit
+	}
+	return &lineLogger{log: d.log.With("container", id), limit: limit}
 }
+
+// Lines of an agent's stderr logged per second, and in a burst.
+const (
+	agentLogRate  = 10
+	agentLogBurst = 100
+)
 
 // maxLogLine bounds the unterminated line kept between writes: a longer
 // one is logged in pieces.
@@ -284,6 +302,8 @@ const maxLogLine = 64 << 10
 type lineLogger struct {
 	log     *slog.Logger
 	partial []byte
+	limit   *rate.Limiter
+	dropped atomic.Int64 // lines not logged and not yet reported
 }
 
 func (l *lineLogger) Write(p []byte) (int, error) {
@@ -303,17 +323,31 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// emit logs line and empties the partial line.
+// emit logs line, or counts it when over the rate, and empties the
+// partial line.
 func (l *lineLogger) emit(line []byte) {
-	l.log.Warn("agent", "line", string(line))
+	if l.limit.Allow() {
+		l.log.Warn("agent", "line", string(line))
+	} else if l.dropped.Add(1) == 1 {
+		// The count is reported a second after the first drop: at most
+		// one line a second for a flood, and seen even if it ends.
+		time.AfterFunc(time.Second, l.reportDropped)
+	}
 	l.partial = l.partial[:0]
 }
 
-// Close logs an unterminated last line.
+func (l *lineLogger) reportDropped() {
+	if n := l.dropped.Swap(0); n > 0 {
+		l.log.Warn("agent log lines dropped (over the rate limit)", "dropped", n)
+	}
+}
+
+// Close logs an unterminated last line and what was dropped.
 func (l *lineLogger) Close() error {
 	if len(l.partial) > 0 {
 		l.emit(l.partial)
 	}
+	l.reportDropped()
 	return nil
 }
 

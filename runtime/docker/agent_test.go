@@ -9,11 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/pkg/stdcopy"
+	"golang.org/x/time/rate"
 )
 
 // TestExecConnStreamErrors checks how the demultiplexer ends: cleanly at a
@@ -95,7 +98,7 @@ func TestLineLogger(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
-			l := &lineLogger{log: slog.New(recordLines{&got})}
+			l := &lineLogger{log: slog.New(recordLines{&got}), limit: rate.NewLimiter(rate.Inf, 0)}
 			for _, w := range tt.writes {
 				if n, err := l.Write([]byte(w)); n != len(w) || err != nil {
 					t.Fatalf("Write = %d, %v", n, err)
@@ -106,5 +109,31 @@ func TestLineLogger(t *testing.T) {
 				t.Errorf("logged %d lines %.80q, want %d lines %.80q", len(got), got, len(tt.want), tt.want)
 			}
 		})
+	}
+}
+
+// Sandbox code writing to the agent's stderr as fast as it can gets a
+// burst of lines into sandboxd's log, then a trickle, and the count of
+// what was dropped.
+func TestLineLoggerRateLimit(t *testing.T) {
+	var buf bytes.Buffer
+	l := &lineLogger{log: slog.New(slog.NewTextHandler(&buf, nil)), limit: rate.NewLimiter(rate.Every(time.Hour), 5)}
+	for range 20000 {
+		l.Write([]byte("flood\n"))
+	}
+	l.Close()
+	out := buf.String()
+	if n := strings.Count(out, "line=flood"); n != 5 {
+		t.Errorf("logged %d of 20000 lines, want the burst of 5", n)
+	}
+	dropped := 0
+	for _, f := range strings.Fields(out) {
+		if v, ok := strings.CutPrefix(f, "dropped="); ok {
+			n, _ := strconv.Atoi(v)
+			dropped += n
+		}
+	}
+	if dropped != 19995 {
+		t.Errorf("log counts %d dropped lines, want 19995:\n%s", dropped, out)
 	}
 }

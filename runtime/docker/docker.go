@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,13 @@ type Options struct {
 	// dir) where host mounts are pinned while their container exists;
 	// "" never pins (see mounts.go).
 	MountDir string
+	// LogMaxSize and LogMaxFiles rotate container logs where the daemon's
+	// log driver is json-file or local; "" leaves the driver's default.
+	LogMaxSize  string
+	LogMaxFiles int
+	// DiskLimit sizes each container's writable layer (storage-opt size);
+	// "" = unlimited.
+	DiskLimit string
 }
 
 // Docker drives sandboxes through the Docker Engine API.
@@ -51,6 +59,10 @@ type Docker struct {
 	timeout time.Duration
 	log     *slog.Logger
 	agents  *agentSet
+	opts    Options
+
+	logMu     sync.Mutex
+	logDriver string // the daemon's log driver, once known
 
 	mu       sync.Mutex
 	sessions map[string]*agentSession // by container id
@@ -91,6 +103,7 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		cli:      cli,
 		timeout:  opts.APITimeout,
 		log:      opts.Logger,
+		opts:     opts,
 		sessions: map[string]*agentSession{},
 		mountDir: opts.MountDir,
 		freezer:  newFreezer(),
@@ -299,6 +312,12 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 	if pids > 0 {
 		host.Resources.PidsLimit = &pids
 	}
+	// Without rotation, what a sandbox's main process prints fills the
+	// host's disk; without a size, so does what it writes to its root.
+	host.LogConfig.Config = d.logRotation(ctx)
+	if d.opts.DiskLimit != "" {
+		host.StorageOpt = map[string]string{"size": d.opts.DiskLimit}
+	}
 	if spec.MemoryBytes > 0 {
 		// No swap beyond the memory limit: a memory hog is OOM-killed
 		// instead of thrashing the host.
@@ -327,6 +346,64 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 		return "", wrap(err, "create container %s", spec.Name)
 	}
 	return resp.ID, nil
+}
+
+// logRotation returns the log options that rotate a container's log, for
+// the drivers that take them (json-file, local); other drivers (journald,
+// syslog, remote ones) keep their own retention and get none. The
+// daemon's driver is asked once.
+func (d *Docker) logRotation(ctx context.Context) map[string]string {
+	if d.opts.LogMaxSize == "" {
+		return nil
+	}
+	d.logMu.Lock()
+	defer d.logMu.Unlock()
+	if d.logDriver == "" {
+		cctx, cancel := d.call(ctx)
+		defer cancel()
+		info, err := d.cli.Info(cctx)
+		if err != nil {
+			return nil // the create fails too; the next one asks again
+		}
+		d.logDriver = info.LoggingDriver
+		if d.logDriver != "json-file" && d.logDriver != "local" {
+			d.log.Warn("container logs are not rotated by sandboxd: the daemon's log driver takes no max-size", "driver", d.logDriver)
+		}
+	}
+	if d.logDriver != "json-file" && d.logDriver != "local" {
+		return nil
+	}
+	return map[string]string{"max-size": d.opts.LogMaxSize, "max-file": strconv.Itoa(max(d.opts.LogMaxFiles, 1))}
+}
+
+// CheckDiskLimit reports whether the engine's storage driver can size a
+// container's root filesystem, when [docker] disk_limit asks for it.
+// overlay2 can only on xfs mounted with pquota, which docker info does
+// not show: on xfs it is left to the first create to fail.
+func (d *Docker) CheckDiskLimit(ctx context.Context) error {
+	if d.opts.DiskLimit == "" {
+		return nil
+	}
+	ctx, cancel := d.call(ctx)
+	defer cancel()
+	info, err := d.cli.Info(ctx)
+	if err != nil {
+		return wrap(err, "docker info")
+	}
+	backing := ""
+	for _, kv := range info.DriverStatus {
+		if kv[0] == "Backing Filesystem" {
+			backing = kv[1]
+		}
+	}
+	switch {
+	case info.Driver == "btrfs", info.Driver == "zfs", info.Driver == "devicemapper", info.Driver == "windowsfilter":
+		return nil
+	case (info.Driver == "overlay2" || info.Driver == "overlay") && backing == "xfs":
+		return nil
+	}
+	return fmt.Errorf("[docker] disk_limit = %q: the engine's storage driver %s (on %s) cannot limit a container's disk; "+
+		"unset disk_limit, or run Docker on overlay2 over xfs mounted with pquota, btrfs or zfs", d.opts.DiskLimit, info.Driver, backing)
 }
 
 // Start implements runtime.Runtime.
