@@ -140,6 +140,12 @@ func (s *server) runCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
 		return
 	}
+	s.startCommand(w, r, req)
+}
+
+// startCommand runs a decoded POST /command request (and /code runs without
+// a language, which execd runs as commands).
+func (s *server) startCommand(w http.ResponseWriter, r *http.Request, req runCommandRequest) {
 	if req.Command == "" {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, "command is required")
 		return

@@ -231,7 +231,6 @@ const (
 	codeInvalidFileMetadata = "INVALID_FILE_METADATA"
 	codeFileNotFound        = "FILE_NOT_FOUND"
 	codeContextNotFound     = "CONTEXT_NOT_FOUND"
-	codeNotSupported        = "NOT_SUPPORTED"
 )
 
 // parseOctalDigits is the inverse of octalDigits: 755 → 0755.
