@@ -425,4 +425,3 @@ func TestPythonFloodAndDeath(t *testing.T) {
 		t.Fatalf("new context: %+v", evs)
 	}
 }
-
