@@ -170,14 +170,22 @@ func tailOf(b []byte) string {
 func (e *execution) wantOK(t *testing.T) {
 	t.Helper()
 	if e.Error != nil || e.Complete != 1 || e.Types[len(e.Types)-1] != "execution_complete" {
-		t.Fatalf("run did not complete cleanly: %v, error %+v", e.Types, e.Error)
+		t.Fatalf("run did not complete cleanly: %v, error %s", e.Types, e.errText())
 	}
+}
+
+func (e *execution) errText() string {
+	if e.Error == nil || e.Error.Error == nil {
+		return "none"
+	}
+	x := e.Error.Error
+	return x.Ename + ": " + x.Evalue + "\n" + strings.Join(x.Traceback, "\n")
 }
 
 func (e *execution) wantError(t *testing.T, ename string) {
 	t.Helper()
 	if e.Error == nil || e.Error.Error.Ename != ename || e.Complete != 0 || e.Types[len(e.Types)-1] != "error" {
-		t.Fatalf("run should end with error %s: %v, error %+v", ename, e.Types, e.Error)
+		t.Fatalf("run should end with error %s: %v, error %s", ename, e.Types, e.errText())
 	}
 }
 

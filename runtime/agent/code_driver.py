@@ -13,6 +13,7 @@ import ast
 import base64
 import codecs
 import fcntl
+import importlib.util
 import io
 import json
 import linecache
@@ -25,7 +26,6 @@ import termios
 import threading
 import time
 import traceback
-import types
 
 REQUESTS, MESSAGES = 3, 4
 BACKEND = "sandboxd_inline"
@@ -117,22 +117,25 @@ def show_figures():
     Gcf.destroy_all()
 
 
-def inline_backend():
-    """A matplotlib backend (MPLBACKEND=module://sandboxd_inline) that draws
-    with Agg and turns plt.show() into display data. Agg is imported only
-    when a program first uses pyplot."""
-    mod = types.ModuleType(BACKEND)
+class InlineBackend:
+    """The matplotlib backend of MPLBACKEND=module://sandboxd_inline: it draws
+    with Agg and turns plt.show() into display data. It is made when
+    matplotlib first loads it, so programs that never plot never import Agg."""
 
-    def lazy(name):
-        if name == "FigureCanvas":
-            from matplotlib.backends.backend_agg import FigureCanvasAgg
+    def find_spec(self, name, path, target=None):
+        if name != BACKEND:
+            return None
+        return importlib.util.spec_from_loader(name, self)
 
-            return FigureCanvasAgg
-        raise AttributeError(name)
+    def create_module(self, spec):
+        return None
 
-    mod.__getattr__ = lazy
-    mod.show = lambda *args, **kwargs: show_figures()
-    sys.modules[BACKEND] = mod
+    def exec_module(self, module):
+        from matplotlib.backends import backend_agg
+
+        module.FigureCanvas = backend_agg.FigureCanvasAgg
+        module.FigureManager = backend_agg.FigureManager
+        module.show = lambda *args, **kwargs: show_figures()
 
 
 REPRS = (
@@ -246,7 +249,7 @@ def main():
     # Children of cells must not hold the protocol's pipes.
     os.set_inheritable(REQUESTS, False)
     os.set_inheritable(MESSAGES, False)
-    inline_backend()
+    sys.meta_path.append(InlineBackend())
     Kernel().serve()
 
 
