@@ -13,5 +13,8 @@ if ! : >>"$log" 2>/dev/null; then
 	log=/dev/null
 fi
 cd /workspace 2>/dev/null || cd /
+# The image's MPLBACKEND=Agg suits scripts; kernels draw with the inline
+# backend, which sends plt.show() and a cell's open figures as display data.
+export MPLBACKEND=module://matplotlib_inline.backend_inline
 exec jupyter notebook --ip=127.0.0.1 --port="${JUPYTER_PORT:-44771}" --allow-root --no-browser \
 	--NotebookApp.token="${JUPYTER_TOKEN:-}" >>"$log" 2>&1
