@@ -291,6 +291,16 @@ func testCodeEngine(t *testing.T, s *Server, c *codeClient) {
 		})
 	})
 
+	t.Run("dead kernel", func(t *testing.T) {
+		dying := c.createContext(t, "python")
+		e := c.run(t, dying, "import os\nos._exit(1)")
+		e.wantError(t, "KernelError")
+		fresh := c.createContext(t, "python")
+		if e := c.run(t, fresh, "6 * 7"); e.text(0) != "42" {
+			t.Fatalf("a new context after a kernel died: %v %s", e.Types, e.errText())
+		}
+	})
+
 	t.Run("deep agents flow", func(t *testing.T) {
 		csv := "region,revenue\nnorth,120\nsouth,95\neast,143\nwest,88\n"
 		if r := c.execdBox.run(t, map[string]any{"command": "printf '" + csv + "' > /tmp/sales.csv"}); r.last().Type != "execution_complete" {

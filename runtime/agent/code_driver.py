@@ -64,8 +64,8 @@ class Output:
             os.close(w)
             self.readers[r] = (name, codecs.getincrementaldecoder("utf-8")("replace"))
         # A line is one write, so that print() makes one chunk.
-        sys.stdout.reconfigure(line_buffering=True)
-        sys.stderr.reconfigure(line_buffering=True)
+        sys.stdout.reconfigure(line_buffering=True, write_through=False)
+        sys.stderr.reconfigure(line_buffering=True, write_through=False)
         threading.Thread(target=self.pump, daemon=True).start()
 
     def pump(self):

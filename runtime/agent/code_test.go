@@ -256,7 +256,7 @@ func TestPythonContext(t *testing.T) {
 	}
 	evs := a.runCode(t, id, "print('hi')\nprint('err', file=sys.stderr)\nx + 1")
 	if got := types(evs); got != "stdout stderr execution_count result execution_complete" {
-		t.Fatalf("events %q", got)
+		t.Fatalf("events %q: %+v", got, evs)
 	}
 	if evs[0].Text != "hi\n" || string(evs[3].Results["text"]) != `"42"` || evs[2].ExecutionCount != 2 {
 		t.Fatalf("events %+v", evs)
@@ -424,4 +424,22 @@ func TestPythonFloodAndDeath(t *testing.T) {
 	if evs = a.runCode(t, a.newCodeContext(t), "1"); string(evs[1].Results["text"]) != `"1"` {
 		t.Fatalf("new context: %+v", evs)
 	}
+}
+
+func TestAnnouncedJupyterThatDoesNotRun(t *testing.T) {
+	if _, err := findPython(); err != nil {
+		t.Skip("no python3")
+	}
+	if jupyterRunning() {
+		t.Skip("a jupyter process runs on this machine")
+	}
+	// Nothing listens on port 1: with no Jupyter process either, /code
+	// falls back to the Python driver at once instead of waiting.
+	t.Setenv("JUPYTER_HOST", "http://127.0.0.1:1")
+	a := newTestAgent(t)
+	if evs := a.runCode(t, a.newCodeContext(t), "'driver'"); string(evs[1].Results["text"]) != `"'driver'"` {
+		t.Fatalf("events %+v", evs)
+	}
+	t.Setenv("JUPYTER_HOST", "ftp://x")
+	wantError(t, a.post(t, "/code/context", map[string]string{"language": "python"}), http.StatusInternalServerError, codeRuntimeError)
 }
