@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -121,9 +122,9 @@ func (bx *box) codeBaseline(ctx context.Context, jupyter bool) (time.Duration, e
 func (bx *box) codeCall(ctx context.Context, method, p, body string, out any) error {
 	var rd io.Reader
 	if body != "" {
-		rd = bytes.NewReader([]byte(body))
+		rd = strings.NewReader(body)
 	}
-	resp, err := bx.execdWith(ctx, method, p, rd, map[string]string{"Content-Type": "application/json"})
+	resp, err := bx.execd(ctx, method, p, rd, int64(len(body)), "application/json")
 	if err != nil {
 		return err
 	}
@@ -138,25 +139,12 @@ func (bx *box) codeCall(ctx context.Context, method, p, body string, out any) er
 	return nil
 }
 
-func (bx *box) execdWith(ctx context.Context, method, p string, body io.Reader, hdr map[string]string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, bx.url+p, body)
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range bx.hdr {
-		req.Header.Set(k, v)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	return bx.a.hc.Do(req)
-}
-
 func (bx *box) codeContext(ctx context.Context) (string, error) {
 	var c struct {
 		ID string `json:"id"`
 	}
-	resp, err := bx.execdWith(ctx, http.MethodPost, "/code/context", bytes.NewReader([]byte(`{"language":"python"}`)), map[string]string{"Content-Type": "application/json"})
+	const body = `{"language":"python"}`
+	resp, err := bx.execd(ctx, http.MethodPost, "/code/context", strings.NewReader(body), int64(len(body)), "application/json")
 	if err != nil {
 		return "", err
 	}
@@ -169,7 +157,7 @@ func (bx *box) codeContext(ctx context.Context) (string, error) {
 }
 
 func (bx *box) deleteCodeContext(ctx context.Context, id string) error {
-	resp, err := bx.execdWith(ctx, http.MethodDelete, "/code/contexts/"+id, nil, nil)
+	resp, err := bx.execd(ctx, http.MethodDelete, "/code/contexts/"+id, nil, 0, "")
 	if err != nil {
 		return err
 	}
@@ -184,7 +172,7 @@ func (bx *box) deleteCodeContext(ctx context.Context, id string) error {
 // must complete and contain want.
 func (bx *box) runCode(ctx context.Context, id, code, want string) error {
 	body, _ := json.Marshal(map[string]any{"code": code, "context": map[string]string{"id": id, "language": "python"}})
-	resp, err := bx.execdWith(ctx, http.MethodPost, "/code", bytes.NewReader(body), map[string]string{"Content-Type": "application/json"})
+	resp, err := bx.execd(ctx, http.MethodPost, "/code", bytes.NewReader(body), int64(len(body)), "application/json")
 	if err != nil {
 		return err
 	}
