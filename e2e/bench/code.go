@@ -13,6 +13,10 @@ import (
 	"github.com/gorilla/websocket"
 )
 
+// jupyterToken authenticates to the image's Jupyter server. The proxy
+// strips Authorization, so it goes in the query.
+const jupyterToken = "?token=opensandboxcodeinterpreterjupyter"
+
 // targetCodeRatio is the issue's target for a warm /code run of `1+1`
 // against a /command `true` in the same sandbox.
 const targetCodeRatio = 2
@@ -21,6 +25,7 @@ const targetCodeRatio = 2
 type codeResult struct {
 	engine        string
 	warm, command durations // `1+1` in a warm context; `true` as a command
+	direct        durations // Jupyter only: `1+1` sent to the kernel through the proxy
 	first, base   durations // context create + first run; the baseline below
 	baseName      string
 }
@@ -85,6 +90,26 @@ func (b *bench) codeEngine(ctx context.Context, jupyter bool) (codeResult, error
 		}
 		res.base = append(res.base, d)
 	}
+	var direct *websocket.Conn
+	if jupyter {
+		// A kernel of its own, driven without the agent (on the agent's
+		// kernel, its messages would queue on this socket too).
+		var sess struct {
+			ID     string `json:"id"`
+			Kernel struct {
+				ID string `json:"id"`
+			} `json:"kernel"`
+		}
+		body := `{"path":"bench-direct.ipynb","type":"notebook","kernel":{"name":"python3"}}`
+		if err := bx.codeCall(ctx, http.MethodPost, "/proxy/44771/api/sessions"+jupyterToken, body, &sess); err != nil {
+			return res, err
+		}
+		if direct, err = bx.kernelWS(ctx, sess.Kernel.ID, jupyterToken); err != nil {
+			return res, err
+		}
+		defer direct.Close()
+	}
+	execute := map[string]any{"code": "1+1", "silent": false, "store_history": true, "user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true}
 	for range b.o.commands {
 		start := time.Now()
 		if err := bx.runCode(ctx, id, "1+1", `"text":"2"`); err != nil {
@@ -96,6 +121,13 @@ func (b *bench) codeEngine(ctx context.Context, jupyter bool) (codeResult, error
 			return res, err
 		}
 		res.command = append(res.command, d)
+		if direct != nil {
+			start := time.Now()
+			if err := kernelRequest(direct, "execute_request", execute); err != nil {
+				return res, err
+			}
+			res.direct = append(res.direct, time.Since(start))
+		}
 	}
 	return res, nil
 }
@@ -108,8 +140,7 @@ func (bx *box) codeBaseline(ctx context.Context, jupyter bool) (time.Duration, e
 	if !jupyter {
 		return bx.command(ctx, "python3 -c pass", "")
 	}
-	// The proxy strips Authorization: the token goes in the query.
-	const api, token = "/proxy/44771/api/", "?token=opensandboxcodeinterpreterjupyter"
+	const api, token = "/proxy/44771/api/", jupyterToken
 	start := time.Now()
 	body := fmt.Sprintf(`{"path":"bench-%s.ipynb","type":"notebook","kernel":{"name":"python3"}}`, randHex(8))
 	var s struct {
@@ -121,7 +152,13 @@ func (bx *box) codeBaseline(ctx context.Context, jupyter bool) (time.Duration, e
 	if err := bx.codeCall(ctx, http.MethodPost, api+"sessions"+token, body, &s); err != nil {
 		return 0, err
 	}
-	if err := bx.kernelInfo(ctx, s.Kernel.ID, token); err != nil {
+	ws, err := bx.kernelWS(ctx, s.Kernel.ID, token)
+	if err != nil {
+		return 0, err
+	}
+	err = kernelRequest(ws, "kernel_info_request", map[string]any{})
+	ws.Close()
+	if err != nil {
 		return 0, err
 	}
 	d := time.Since(start)
@@ -203,13 +240,15 @@ func (r *report) codeRows(results []codeResult) {
 	for _, c := range results {
 		r.latency("/code 1+1 warm p50, "+c.engine+" (vs /command true)", c.warm.pct(50), c.command.pct(50), targetCodeRatio, 0)
 		r.latency("/code 1+1 warm p99, "+c.engine+" (vs /command true)", c.warm.pct(99), c.command.pct(99), 0, 0)
+		if len(c.direct) > 0 {
+			r.latency("/code 1+1 warm p50, "+c.engine+" (vs the kernel driven directly)", c.warm.pct(50), c.direct.pct(50), 0, 0)
+		}
 		r.latency("/code first run p50, "+c.engine+" (vs "+c.baseName+")", c.first.pct(50), c.base.pct(50), 0, 0)
 	}
 }
 
-// kernelInfo asks a kernel for its info over Jupyter's WebSocket, through
-// the proxy, and waits for the reply: the kernel is then ready to run code.
-func (bx *box) kernelInfo(ctx context.Context, kernel, token string) error {
+// kernelWS opens a WebSocket to a Jupyter kernel through the proxy.
+func (bx *box) kernelWS(ctx context.Context, kernel, token string) (*websocket.Conn, error) {
 	u := "ws" + strings.TrimPrefix(bx.url, "http") + "/proxy/44771/api/kernels/" + kernel + "/channels" + token
 	h := http.Header{}
 	for k, v := range bx.hdr {
@@ -217,13 +256,18 @@ func (bx *box) kernelInfo(ctx context.Context, kernel, token string) error {
 	}
 	ws, _, err := websocket.DefaultDialer.DialContext(ctx, u, h)
 	if err != nil {
-		return fmt.Errorf("kernel websocket: %w", err)
+		return nil, fmt.Errorf("kernel websocket: %w", err)
 	}
-	defer ws.Close()
+	return ws, nil
+}
+
+// kernelRequest sends a shell request and reads until the kernel has
+// answered it: its reply for kernel_info, the idle status after an execute.
+func kernelRequest(ws *websocket.Conn, msgType string, content map[string]any) error {
 	id := randHex(8)
 	msg := map[string]any{
-		"header":        map[string]string{"msg_id": id, "msg_type": "kernel_info_request", "session": id, "username": "bench", "version": "5.3"},
-		"parent_header": map[string]any{}, "metadata": map[string]any{}, "content": map[string]any{}, "channel": "shell",
+		"header":        map[string]string{"msg_id": id, "msg_type": msgType, "session": id, "username": "bench", "version": "5.3"},
+		"parent_header": map[string]any{}, "metadata": map[string]any{}, "content": content, "channel": "shell",
 	}
 	if err := ws.WriteJSON(msg); err != nil {
 		return err
@@ -236,11 +280,17 @@ func (bx *box) kernelInfo(ctx context.Context, kernel, token string) error {
 			Parent struct {
 				MsgID string `json:"msg_id"`
 			} `json:"parent_header"`
+			Content struct {
+				State string `json:"execution_state"`
+			} `json:"content"`
 		}
 		if err := ws.ReadJSON(&m); err != nil {
 			return fmt.Errorf("kernel websocket: %w", err)
 		}
-		if m.Header.MsgType == "kernel_info_reply" && m.Parent.MsgID == id {
+		if m.Parent.MsgID != id {
+			continue
+		}
+		if m.Header.MsgType == "kernel_info_reply" || (m.Header.MsgType == "status" && m.Content.State == "idle" && msgType == "execute_request") {
 			return nil
 		}
 	}
