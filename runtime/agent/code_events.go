@@ -38,8 +38,13 @@ type codeRun struct {
 	es       *eventStream
 	begin    time.Time
 	displays [][]byte // display data not sent yet: it follows the cell's value
+	held     int      // bytes in displays
 	failed   bool
 }
+
+// maxHeldDisplays bounds the display data held back for the cell's value;
+// beyond it (a loop that draws hundreds of charts) it is sent at once.
+const maxHeldDisplays = 8 << 20
 
 func newCodeRun(es *eventStream) *codeRun {
 	return &codeRun{es: es, begin: time.Now()}
@@ -85,7 +90,11 @@ func (r *codeRun) handle(m kernelMsg) {
 		if json.Unmarshal(m.content, &c) != nil || len(c.Data) == 0 {
 			return
 		}
-		r.displays = append(r.displays, appendResultEvent(nil, c.Data, ts))
+		b := appendResultEvent(nil, c.Data, ts)
+		r.displays = append(r.displays, b)
+		if r.held += len(b); r.held > maxHeldDisplays {
+			r.flushDisplays()
+		}
 	case "error":
 		var c codeError
 		if json.Unmarshal(m.content, &c) != nil {
@@ -130,7 +139,7 @@ func (r *codeRun) flushDisplays() {
 	for _, b := range r.displays {
 		r.es.write(b)
 	}
-	r.displays = nil
+	r.displays, r.held = nil, 0
 }
 
 // appendResultEvent appends a result event with a MIME bundle, whose

@@ -105,6 +105,15 @@ func TestCodeRunEvents(t *testing.T) {
 			},
 		},
 		{
+			name: "display data beyond the bound is not held back",
+			msgs: []kernelMsg{
+				msg("display_data", `{"data":{"image/png":"`+strings.Repeat("A", maxHeldDisplays)+`"}}`),
+				msg("stream", `{"name":"stdout","text":"after"}`),
+				msg("execute_result", `{"execution_count":1,"data":{"text/plain":"1"}}`),
+			},
+			want: "result stdout execution_count result execution_complete",
+		},
+		{
 			name: "display data without a value",
 			msgs: []kernelMsg{msg("display_data", `{"data":{"image/png":"iVBOR"}}`)},
 			want: "result execution_complete",
