@@ -43,6 +43,8 @@ type codeTable struct {
 	byID     map[string]*codeContext
 	defaults map[string]string // language -> context id
 	create   sync.Mutex        // one default context created at a time
+	// noJupyter records that the announced Jupyter server was found absent.
+	noJupyter atomic.Bool
 }
 
 func (t *codeTable) init() {
@@ -132,7 +134,14 @@ func (s *server) startKernel(ctx context.Context, language, cwd string) (kernel,
 		return nil, &codeFailure{http.StatusInternalServerError, codeRuntimeError, err.Error()}
 	}
 	if j != nil {
-		specs, err := j.kernelspecs(ctx)
+		// Once found absent, Jupyter gets no grace again: every context
+		// would wait for it.
+		grace := jupyterAbsentGrace
+		if s.code.noJupyter.Load() {
+			grace = 0
+		}
+		specs, err := j.kernelspecs(ctx, grace)
+		s.code.noJupyter.Store(errors.Is(err, errNoJupyter))
 		switch {
 		case err == nil:
 			spec, ok := specs[language]

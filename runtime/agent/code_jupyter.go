@@ -30,6 +30,9 @@ const (
 	// sandbox announces but that does not answer yet: the image starts it
 	// with the sandbox, and it takes seconds.
 	jupyterStartTimeout = 60 * time.Second
+	// jupyterAbsentGrace is how long an announced Jupyter server may take to
+	// appear before the agent concludes that the sandbox does not run one.
+	jupyterAbsentGrace = 3 * time.Second
 	// jupyterRequestTimeout bounds one REST call, a kernel start included.
 	jupyterRequestTimeout = 60 * time.Second
 )
@@ -115,9 +118,12 @@ func (j *jupyterServer) call(ctx context.Context, method, path string, in, out a
 
 // kernelspecs returns the kernel to start for each language, waiting for a
 // server that is still starting. A language with several kernels gets the
-// one named like it, else the first by name.
-func (j *jupyterServer) kernelspecs(ctx context.Context) (map[string]string, error) {
-	deadline := time.Now().Add(jupyterStartTimeout)
+// one named like it, else the first by name. It gives up with errNoJupyter
+// once nothing has listened and no jupyter process has run for grace: the
+// entry point that starts Jupyter may not have got to it yet.
+func (j *jupyterServer) kernelspecs(ctx context.Context, grace time.Duration) (map[string]string, error) {
+	begin := time.Now()
+	deadline := begin.Add(jupyterStartTimeout)
 	for {
 		var resp struct {
 			Kernelspecs map[string]struct {
@@ -141,7 +147,7 @@ func (j *jupyterServer) kernelspecs(ctx context.Context) (map[string]string, err
 		if !errors.As(err, &transport) {
 			return nil, err // it answers, but not with kernelspecs
 		}
-		if errors.Is(err, syscall.ECONNREFUSED) && !jupyterRunning() {
+		if errors.Is(err, syscall.ECONNREFUSED) && !jupyterRunning() && time.Since(begin) >= grace {
 			return nil, errNoJupyter
 		}
 		if time.Now().After(deadline) {

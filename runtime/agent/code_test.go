@@ -443,11 +443,15 @@ func TestAnnouncedJupyterThatDoesNotRun(t *testing.T) {
 		t.Skip("a jupyter process runs on this machine")
 	}
 	// Nothing listens on port 1: with no Jupyter process either, /code
-	// falls back to the Python driver at once instead of waiting.
+	// falls back to the Python driver after a short grace instead of
+	// waiting for the start timeout.
 	t.Setenv("JUPYTER_HOST", "http://127.0.0.1:1")
 	a := newTestAgent(t)
 	if evs := a.runCode(t, a.newCodeContext(t), "'driver'"); string(evs[1].Results["text"]) != `"'driver'"` {
 		t.Fatalf("events %+v", evs)
+	}
+	if !a.code.noJupyter.Load() {
+		t.Fatal("the absent Jupyter is not remembered: every context would wait for it")
 	}
 	t.Setenv("JUPYTER_HOST", "ftp://x")
 	wantError(t, a.post(t, "/code/context", map[string]string{"language": "python"}), http.StatusInternalServerError, codeRuntimeError)
