@@ -27,7 +27,7 @@ func TestBenchShort(t *testing.T) {
 		t.Fatalf("build the benchmark: %v\n%s", err, out)
 	}
 	profile := filepath.Join(dir, "cpu.pprof")
-	cmd := exec.CommandContext(t.Context(), bin, "-start", sandboxdBinary, "-short", "-burst", "4", "-image", imageBusybox, "-pprof", profile)
+	cmd := exec.CommandContext(t.Context(), bin, "-start", sandboxdBinary, "-short", "-burst", "4", "-image", imageBusybox, "-pprof", profile, "-code-image", codeImage())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -45,6 +45,8 @@ func TestBenchShort(t *testing.T) {
 		"sandboxd goroutines, 0 live", "sandboxd goroutines, 2 live", "sandboxd goroutines, 4 live",
 		"agent RSS in a sandbox", "pool create-to-ready p50", "pool create-to-ready p95", "pool creates served warm",
 		"pprof: CPU profile",
+		"/code 1+1 warm p50, jupyter", "/code 1+1 warm p50, python driver",
+		"/code first run p50, jupyter", "/code first run p50, python driver",
 	}
 	lines := strings.Split(stdout.String(), "\n")
 	for _, f := range figures {

@@ -79,12 +79,13 @@ verify() {
 	code-interpreter)
 		docker run --rm --network none "$tag" bash -c '
 			set -e
-			python3 -c "import pandas, seaborn, matplotlib"
+			python3 -c "import pandas, seaborn, matplotlib, ipykernel"
+			jupyter notebook --version
 			python --version
 			grep --version | head -n 1 | grep -q "GNU grep"
 			test -x /opt/code-interpreter/code-interpreter.sh
 			test -d /workspace
-		' >/dev/null || die "$tag: check of python3, pandas, seaborn, matplotlib, GNU grep failed"
+		' >/dev/null || die "$tag: check of python3, pandas, seaborn, matplotlib, Jupyter, GNU grep failed"
 		;;
 	*) die "no check for recipe $name" ;;
 	esac

@@ -13,7 +13,11 @@
 //   - a burst of concurrent creates, then one command in each;
 //   - sandboxd's RSS and goroutines with 0, half and all of the burst's
 //     sandboxes live, and the agent's RSS in a sandbox;
-//   - create-to-ready from a warm pool.
+//   - create-to-ready from a warm pool;
+//   - /code `1+1` in a warm context on the code-interpreter image's Jupyter
+//     and on the agent's Python driver, against /command `true` in the same
+//     sandbox, and a new context's first run against a bare Jupyter session
+//     create (or `python3 -c pass`).
 //
 // Usage:
 //
@@ -64,6 +68,8 @@ const (
 type options struct {
 	url, key, start, image, pprof  string
 	filesOnly                      bool
+	codeImage                      string
+	onlyCode                       bool
 	pid                            int
 	creates, commands, files       int
 	burst, transferMiB, reps, pool int
@@ -92,6 +98,8 @@ func run() (err error) {
 	flag.IntVar(&o.burst, "burst", 100, "concurrent creates in the burst")
 	flag.IntVar(&o.pool, "pool", 30, "creates from a warm pool measured")
 	flag.BoolVar(&o.filesOnly, "files-only", false, "measure only commands and files (no creates, burst or pool): a light run on a shared machine")
+	flag.StringVar(&o.codeImage, "code-image", "sandboxd-test/code-interpreter:latest", "image for the /code phase (with Jupyter and python3); empty skips it")
+	flag.BoolVar(&o.onlyCode, "only-code", false, "measure only the /code phase")
 	short := flag.Bool("short", false, "small counts (3 creates, 20 commands, burst of 6, 4 MiB): for CI, not for figures")
 	flag.Parse()
 	if *short {
@@ -261,6 +269,15 @@ func (b *bench) header(ctx context.Context, w io.Writer) error {
 // measure runs every phase and prints the report. The memory levels come
 // first, so that they start from a fresh server when -start is used.
 func (b *bench) measure(ctx context.Context, w io.Writer) error {
+	if b.o.onlyCode {
+		code, err := b.codeEngines(ctx)
+		if err != nil {
+			return err
+		}
+		b.rep.codeRows(code)
+		b.rep.write(w)
+		return nil
+	}
 	var (
 		mem  memoryResult
 		cold coldResult
@@ -324,6 +341,13 @@ func (b *bench) measure(ctx context.Context, w io.Writer) error {
 		r.latency("pool create-to-ready p50", pool.claims.pct(50), cold.raw.pct(50), 0, targetPoolP50)
 		r.latency("pool create-to-ready p95", pool.claims.pct(95), cold.raw.pct(95), 0, 0)
 		r.add(row{name: "pool creates served warm", value: fmt.Sprintf("%d/%d", pool.warm, len(pool.claims)), baseline: "—"})
+	}
+	if b.o.codeImage != "" && !b.o.filesOnly {
+		code, err := b.codeEngines(ctx)
+		if err != nil {
+			return err
+		}
+		r.codeRows(code)
 	}
 
 	r.write(w)

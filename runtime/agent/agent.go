@@ -37,6 +37,7 @@ type server struct {
 	commands commandTable
 	sessions sessionTable
 	ptys     ptyTable
+	code     codeTable
 	metrics  metricsSampler
 	// findShell locates the shell for commands; tests replace it.
 	findShell func() (shell, error)
@@ -61,6 +62,7 @@ func newServer(opts Options) *server {
 	s.commands.init()
 	s.sessions.init()
 	s.ptys.init()
+	s.code.init()
 	s.metrics.init("/")
 	return s
 }
@@ -90,8 +92,13 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("POST /session/{id}/run", s.runInSession)
 	mux.HandleFunc("DELETE /session/{id}", s.deleteSession)
 
-	mux.HandleFunc("/code", s.notSupported)
-	mux.HandleFunc("/code/", s.notSupported)
+	mux.HandleFunc("POST /code/context", s.createCodeContext)
+	mux.HandleFunc("GET /code/contexts", s.listCodeContexts)
+	mux.HandleFunc("DELETE /code/contexts", s.deleteCodeContexts)
+	mux.HandleFunc("GET /code/contexts/{id}", s.codeContextByID)
+	mux.HandleFunc("DELETE /code/contexts/{id}", s.codeContextByID)
+	mux.HandleFunc("POST /code", s.runCode)
+	mux.HandleFunc("DELETE /code", s.interruptCode)
 
 	mux.HandleFunc("GET /files/info", s.filesInfo)
 	mux.HandleFunc("DELETE /files", s.removeFiles)
@@ -124,12 +131,8 @@ func (s *server) routes() http.Handler {
 // activity reports how much work is running, so that sandboxd does not
 // consider a busy sandbox idle.
 func (s *server) activity(w http.ResponseWriter, _ *http.Request) {
-	n := s.commands.running() + s.sessions.running() + s.ptys.running()
+	n := s.commands.running() + s.sessions.running() + s.ptys.running() + s.code.running()
 	writeJSON(w, http.StatusOK, map[string]int{"running": n})
-}
-
-func (s *server) notSupported(w http.ResponseWriter, _ *http.Request) {
-	writeError(w, http.StatusNotImplemented, codeNotSupported, "code interpreting needs Jupyter, which this sandbox does not run")
 }
 
 // close kills everything the server started. Tests use it; the agent
@@ -138,6 +141,7 @@ func (s *server) close() {
 	s.commands.killAll()
 	s.sessions.closeAll()
 	s.ptys.closeAll()
+	s.code.closeAll()
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -211,6 +211,4 @@ func TestActivity(t *testing.T) {
 	if n := decode[map[string]int](t, a.do(t, http.MethodGet, "/_sandboxd/activity", nil), http.StatusOK)["running"]; n != 0 {
 		t.Fatalf("idle agent reports %d running", n)
 	}
-	wantError(t, a.do(t, http.MethodPost, "/code", nil), http.StatusNotImplemented, codeNotSupported)
-	wantError(t, a.do(t, http.MethodGet, "/code/contexts", nil), http.StatusNotImplemented, codeNotSupported)
 }

@@ -141,6 +141,12 @@ func (s *server) runCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
 		return
 	}
+	s.startCommand(w, r, req)
+}
+
+// startCommand runs a decoded POST /command request (and /code runs without
+// a language, which execd runs as commands).
+func (s *server) startCommand(w http.ResponseWriter, r *http.Request, req runCommandRequest) {
 	argv, err := parseArgv(req.Argv)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())

@@ -9,8 +9,8 @@
 // # The agent daemon
 //
 // The API is served by a daemon that outlives the exec, so that background
-// commands, their output, bash sessions, PTYs and the activity count survive
-// a restart or crash of sandboxd. The exec'd `sandboxd agent` (Main) only
+// commands, their output, bash sessions, PTYs, code contexts and the
+// activity count survive a restart or crash of sandboxd. The exec'd `sandboxd agent` (Main) only
 // bridges its stdin and stdout to the daemon's abstract unix socket
 // "@sandboxd-agent-v1", private to the sandbox's network namespace; if no
 // daemon listens, it binds the socket itself (the bind is the lock between
@@ -56,8 +56,17 @@
 //     status of at most 1024 finished commands is kept.
 //   - There is no isolator: GET /v1/isolated/capabilities says
 //     available false and the other /v1/isolated routes answer 503.
-//   - /code (Jupyter) answers 501 NOT_SUPPORTED. The access token
-//     (sandboxd authenticates) is not supported.
+//   - /code drives the sandbox's Jupyter server (JUPYTER_HOST and
+//     JUPYTER_TOKEN in the agent's or PID 1's environment) over its REST API
+//     and one kernel WebSocket per context, matching kernel messages to
+//     their request; without Jupyter, if python3 exists, each context is a
+//     Python process running the driver embedded from code_driver.py. Both
+//     speak Jupyter's messages, which codeRun turns into execd's events:
+//     display data (plt.show()) becomes results after the cell's value, an
+//     error ends the stream without execution_complete, a run on a busy
+//     context answers 409 CONTEXT_BUSY, an unknown context 404, an unknown
+//     language 400, and a client that disconnects interrupts its run.
+//   - The access token (sandboxd authenticates) is not supported.
 //   - $EXECD_ENVS (default /tmp/.opensandbox/.env) is read by every
 //     command and by each bash session when created, not by terminals.
 package agent

@@ -230,8 +230,8 @@ const (
 	codeInvalidFileContent  = "INVALID_FILE_CONTENT"
 	codeInvalidFileMetadata = "INVALID_FILE_METADATA"
 	codeFileNotFound        = "FILE_NOT_FOUND"
-	codeContextNotFound     = "CONTEXT_NOT_FOUND"
 	codeNotSupported        = "NOT_SUPPORTED"
+	codeContextNotFound     = "CONTEXT_NOT_FOUND"
 )
 
 // parseOctalDigits is the inverse of octalDigits: 755 → 0755.
