@@ -219,8 +219,10 @@ test("the agent comes back after being killed from inside", TEST_TIMEOUT, async 
   assert.ok(!second.bridge.some((p) => first.bridge.includes(p)), "a new bridge serves the sandbox");
   assert.equal((await sb.commands.getCommandStatus(bg.id)).running, true, "the daemon kept its background command");
 
-  // Like pkill -9 -f "sandboxd agent": bridge and daemon.
-  await sb.commands.run(`kill -9 ${second.bridge.concat(second.daemon).join(" ")}; sleep 5`).catch(() => {});
+  // Like pkill -9 -f "sandboxd agent": daemon and bridge. The daemon goes
+  // first: once the bridge is gone, the daemon kills this very command,
+  // which could then die before it had signalled the daemon.
+  await sb.commands.run(`kill -9 ${second.daemon.concat(second.bridge).join(" ")}; sleep 5`).catch(() => {});
   const third = await agentProcesses();
   assert.notDeepEqual(third.daemon, second.daemon, "a new daemon serves the sandbox");
   assert.deepEqual(await mustRun(sb, "echo still works"), ["still works"]);
