@@ -22,7 +22,9 @@ const apiKeyHeader = "OPEN-SANDBOX-API-KEY"
 // body. The API key is sent unless headers override it; a header given with
 // an empty value is not sent at all (e.g. {apiKeyHeader: ""} for anonymous
 // requests). body is sent as is when it is nil, []byte or string, and as
-// JSON otherwise. Transport errors fail the test.
+// JSON otherwise; a string is JSON text (malformed on purpose, say) and is
+// labelled application/json like an encoded body. Transport errors fail
+// the test.
 func (s *Server) do(t testing.TB, method, path string, body any, headers map[string]string) (int, http.Header, []byte) {
 	t.Helper()
 	var rd io.Reader
@@ -33,6 +35,7 @@ func (s *Server) do(t testing.TB, method, path string, body any, headers map[str
 		rd = bytes.NewReader(b)
 	case string:
 		rd = strings.NewReader(b)
+		jsonBody = true
 	case io.Reader: // sent without a Content-Length
 		rd = b
 	default:

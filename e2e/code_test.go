@@ -341,6 +341,7 @@ func (c *codeClient) start(t *testing.T, ctx context.Context, cc codeContext, co
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	for k, v := range c.Headers {
 		req.Header.Set(k, v)
 	}
