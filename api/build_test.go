@@ -6,15 +6,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
-
-	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
 // TestHealthReportsBuild: /health names the version and commit, healthy
 // or not, and omits what the build did not stamp.
 func TestHealthReportsBuild(t *testing.T) {
-	rt := runtimetest.New(time.Now)
+	e := newEnv(t, nil)
+	rt := e.rt
 	for _, tt := range []struct {
 		name  string
 		build Build
@@ -31,7 +29,7 @@ func TestHealthReportsBuild(t *testing.T) {
 			} else {
 				rt.FailPing(nil)
 			}
-			s := &Server{health: rt}
+			s := &Server{health: rt, mgr: e.mgr}
 			s.SetBuild(tt.build)
 			rec := httptest.NewRecorder()
 			s.handleHealth(rec, httptest.NewRequest(http.MethodGet, "/health", nil))

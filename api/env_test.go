@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -83,6 +84,9 @@ func newEnv(t *testing.T, edit func(*config.Config)) *env {
 	log := slog.New(slog.DiscardHandler)
 	mgr, err := lifecycle.New(cfg, rt, store, log)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(New(cfg, mgr, rt, log))

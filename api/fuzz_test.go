@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -44,6 +45,9 @@ func fuzzHandler(f *testing.F) (h http.Handler, allowed, outside string) {
 	log := slog.New(slog.DiscardHandler)
 	mgr, err := lifecycle.New(cfg, rt, store, log)
 	if err != nil {
+		f.Fatal(err)
+	}
+	if err := mgr.Reconcile(context.Background()); err != nil {
 		f.Fatal(err)
 	}
 	return New(cfg, mgr, rt, log), allowed, outside

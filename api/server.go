@@ -125,10 +125,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.accessLog(r, rec, id, start)
 	}()
-	if !s.browserCheck(rec, r) || s.cors(rec, r) || !s.authorize(rec, r) {
+	if !s.browserCheck(rec, r) || s.cors(rec, r) || !s.authorize(rec, r) || !s.serving(rec, r) {
 		return
 	}
 	s.router.ServeHTTP(rec, r)
+}
+
+// serving answers 503 while the lifecycle does not serve (starting or
+// stopping) and reports whether it does. /health says why, /metrics and
+// the console's files serve throughout.
+func (s *Server) serving(w http.ResponseWriter, r *http.Request) bool {
+	if r.URL.Path == "/health" || r.URL.Path == "/metrics" || console.Public(r.URL) {
+		return true
+	}
+	err := s.mgr.Ready()
+	if e, ok := lifecycle.AsError(err); ok {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, r, kindStatus[e.Kind], e.Code, e.Message)
+		return false
+	}
+	return true
 }
 
 // accessLog writes the request's line: what was asked (never the query,
@@ -248,6 +264,10 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if phase, reason := s.mgr.Phase(); phase != lifecycle.PhaseServing {
+		writeJSON(w, http.StatusServiceUnavailable, s.build.add(map[string]string{"status": phase, "reason": reason}))
+		return
+	}
 	if err := s.health.Ping(r.Context()); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, s.build.add(map[string]string{"status": "unhealthy", "docker": "unreachable", "message": err.Error()}))
 		return

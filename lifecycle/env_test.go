@@ -64,6 +64,9 @@ func newEnv(t *testing.T, edit func(*config.Config)) *testEnv {
 		t.Fatal(err)
 	}
 	m.now = clock.Now
+	if err := m.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	return &testEnv{m: m, rt: rt, store: store, clock: clock, cfg: cfg}
 }
 

@@ -314,7 +314,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		_ = m.destroy(ctx, r, r.ContainerID)
 	}
 	m.reconcileSnapshots(ctx)
-	m.log.Info("reconciled with Docker", "adopted", adopted)
+	m.log.Info("reconciled with the engine", "adopted", adopted)
 	m.Sweep(ctx)
+	m.served()
 	return nil
 }

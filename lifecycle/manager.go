@@ -61,6 +61,7 @@ type Manager struct {
 	metrics *Metrics
 
 	pools *pools
+	life  life
 
 	mu       sync.Mutex
 	activity map[string]time.Time // last activity by sandbox id, not yet persisted
@@ -100,6 +101,7 @@ func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) 
 	m := &Manager{
 		cfg: cfg, rt: rt, store: store, log: slog.New(requestIDHandler{log.Handler()}), instance: instance, tokenKey: key,
 		now: time.Now, activity: map[string]time.Time{}, metrics: newMetrics(),
+		life: life{phase: PhaseStarting, retry: reconcileRetry},
 	}
 	if err := m.initPools(); err != nil {
 		return nil, err
@@ -179,6 +181,11 @@ func (m *Manager) record(id string) (*Record, error) {
 // Create validates a request and provisions the sandbox synchronously:
 // when it returns, the container runs and its endpoints resolve.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	done, err := m.begin()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	plan, err := m.plan(ctx, req)
 	if err != nil {
 		return nil, err

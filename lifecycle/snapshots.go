@@ -30,12 +30,35 @@ func snapshotView(r *SnapshotRecord) *Snapshot {
 
 // CreateSnapshot commits a running sandbox's filesystem in the background.
 func (m *Manager) CreateSnapshot(ctx context.Context, sandboxID, name string) (*Snapshot, error) {
-	rec, c, err := m.ready(ctx, sandboxID)
+	done, err := m.begin()
 	if err != nil {
 		return nil, err
 	}
+	snap, cid, err := m.recordSnapshot(ctx, sandboxID, name)
+	if err != nil {
+		done()
+		return nil, err
+	}
+	go func() {
+		defer done() // Shutdown waits for the commit
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		err := m.rt.Commit(cctx, cid, snap.Image)
+		m.settleSnapshot(snap.ID, err, "snapshot_runtime")
+	}()
+	m.log.InfoContext(ctx, "snapshot started", "sandbox_id", sandboxID, "snapshot_id", snap.ID)
+	return snapshotView(snap), nil
+}
+
+// recordSnapshot records a snapshot of a running sandbox as being created;
+// it returns the record and the sandbox's container.
+func (m *Manager) recordSnapshot(ctx context.Context, sandboxID, name string) (*SnapshotRecord, string, error) {
+	rec, c, err := m.ready(ctx, sandboxID)
+	if err != nil {
+		return nil, "", err
+	}
 	if !c.Running || c.Paused {
-		return nil, errf(KindConflict, CodeSnapshotSourceState, "sandbox %s must be Running to snapshot (it is %s)", sandboxID, status(&c).State)
+		return nil, "", errf(KindConflict, CodeSnapshotSourceState, "sandbox %s must be Running to snapshot (it is %s)", sandboxID, status(&c).State)
 	}
 	now := wireTime(m.now())
 	snap := &SnapshotRecord{
@@ -45,16 +68,9 @@ func (m *Manager) CreateSnapshot(ctx context.Context, sandboxID, name string) (*
 	}
 	snap.Image = snapshotImage(snap.ID)
 	if err := m.store.PutSnapshot(snap); err != nil {
-		return nil, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "record snapshot", Err: err}
+		return nil, "", &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "record snapshot", Err: err}
 	}
-	go func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		defer cancel()
-		err := m.rt.Commit(cctx, rec.ContainerID, snap.Image)
-		m.settleSnapshot(snap.ID, err, "snapshot_runtime")
-	}()
-	m.log.InfoContext(ctx, "snapshot started", "sandbox_id", sandboxID, "snapshot_id", snap.ID)
-	return snapshotView(snap), nil
+	return snap, rec.ContainerID, nil
 }
 
 // settleSnapshot records the outcome of a commit.

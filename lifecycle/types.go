@@ -79,10 +79,12 @@ const (
 	CodeSnapshotConflict    = "SNAPSHOT::DELETE_CONFLICT"
 	CodeSnapshotRestore     = "SNAPSHOT::INVALID_RESTORE_CONFIG"
 	CodeGeneral             = "GENERAL::UNKNOWN_ERROR"
-	CodeDiagnosticsNotImpl  = "DIAGNOSTICS_NOT_IMPLEMENTED"
-	CodePoolNotFound        = "POOL::NOT_FOUND"
-	CodePoolInvalid         = "POOL::INVALID_PARAMETER"
-	CodePoolExists          = "POOL::ALREADY_EXISTS"
+	// CodeNotReady: sandboxd is starting or stopping (see life.go).
+	CodeNotReady           = "GENERAL::SERVICE_UNAVAILABLE"
+	CodeDiagnosticsNotImpl = "DIAGNOSTICS_NOT_IMPLEMENTED"
+	CodePoolNotFound       = "POOL::NOT_FOUND"
+	CodePoolInvalid        = "POOL::INVALID_PARAMETER"
+	CodePoolExists         = "POOL::ALREADY_EXISTS"
 )
 
 // Volume error codes.

@@ -140,11 +140,12 @@ func serve(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	// The store and the engine client belong to the Manager once it
+	// exists: its Shutdown closes them after the work in flight.
 	store, err := lifecycle.OpenStore(cfg.Store.Dir)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
 	rt, err := docker.New(ctx, docker.Options{
 		Host: cfg.Docker.Host, APITimeout: cfg.Docker.APITimeout.Duration, Logger: log,
 		MountDir:      filepath.Join(cfg.Store.Dir, "mounts"),
@@ -152,21 +153,31 @@ func serve(args []string) error {
 		LogMaxSize: cfg.Docker.LogMaxSize, LogMaxFiles: cfg.Docker.LogMaxFiles, DiskLimit: cfg.Docker.DiskLimit,
 	})
 	if err != nil {
+		store.Close()
 		return err
 	}
-	defer rt.Close()
-	if err := rt.CheckDiskLimit(ctx); err != nil {
-		if !errors.Is(err, runtime.ErrUnavailable) {
-			return err
-		}
-		log.Warn("cannot check that the storage driver supports [docker] disk_limit; creates fail if it does not", "err", err)
-	}
-	mgr, err := lifecycle.New(cfg, rt, store, log)
+	mgr, err := newManager(ctx, cfg, rt, store, log)
 	if err != nil {
+		rt.Close()
+		store.Close()
 		return err
 	}
-	go reconcileThenReap(ctx, mgr, log)
+	// Until the first reconcile has finished, the API answers 503.
+	mgr.Start()
+	err = listenAndServe(ctx, cfg, mgr, rt, log)
+	// The requests in flight have finished (or were cut at their
+	// deadline); now the lifecycle's own work, then the store and client.
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if serr := mgr.Shutdown(sctx); serr != nil {
+		log.Warn("lifecycle shutdown", "err", serr)
+	}
+	return err
+}
 
+// listenAndServe serves the API until ctx ends, then stops intake and
+// waits for the requests in flight.
+func listenAndServe(ctx context.Context, cfg config.Config, mgr *lifecycle.Manager, rt *docker.Docker, log *slog.Logger) error {
 	tcp, err := net.Listen("tcp", cfg.Addr())
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr(), err)
@@ -191,7 +202,7 @@ func serve(args []string) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: finishing in-flight requests; sandboxes keep running")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("shutdown deadline passed; closing remaining connections", "err", err)
@@ -199,6 +210,21 @@ func serve(args []string) error {
 	}
 	return nil
 }
+
+// newManager checks the engine's storage driver and builds the Manager.
+func newManager(ctx context.Context, cfg config.Config, rt *docker.Docker, store *lifecycle.Store, log *slog.Logger) (*lifecycle.Manager, error) {
+	if err := rt.CheckDiskLimit(ctx); err != nil {
+		if !errors.Is(err, runtime.ErrUnavailable) {
+			return nil, err
+		}
+		log.Warn("cannot check that the storage driver supports [docker] disk_limit; creates fail if it does not", "err", err)
+	}
+	return lifecycle.New(cfg, rt, store, log)
+}
+
+// shutdownTimeout bounds each step of a shutdown: the requests in flight,
+// then the lifecycle's background work.
+const shutdownTimeout = 30 * time.Second
 
 // fdReserve is the file descriptors kept for everything but client
 // connections: the engine's socket, agent sessions, the store, files.
@@ -211,24 +237,4 @@ func maxConnections(configured, fileLimit int) int {
 		return max(fileLimit-fdReserve, 16)
 	}
 	return configured
-}
-
-// reconcileThenReap adopts this instance's containers (retrying while
-// Docker is unreachable), then fills the warm pools and runs the periodic
-// reaper.
-func reconcileThenReap(ctx context.Context, mgr *lifecycle.Manager, log *slog.Logger) {
-	for {
-		err := mgr.Reconcile(ctx)
-		if err == nil {
-			break
-		}
-		log.Error("reconcile with Docker failed; retrying in 5s", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(5 * time.Second):
-		}
-	}
-	go mgr.RunPools(ctx)
-	mgr.RunReaper(ctx)
 }

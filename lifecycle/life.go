@@ -1,0 +1,164 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// A Manager's life is ordered. Until the first reconcile has finished it
+// serves nothing: reconciling removes the containers of half-made
+// sandboxes, which would include those of a create in flight. Shutdown
+// stops intake, waits for the work in flight, stops the background loops
+// (the reaper flushes activity on its way out), and only then closes the
+// store and the engine client.
+
+// Phases of a Manager, as /health reports them.
+const (
+	PhaseStarting = "starting"
+	PhaseServing  = "serving"
+	PhaseStopping = "stopping"
+)
+
+// reconcileRetry is how long Start waits after a failed reconcile (the
+// engine unreachable) before trying again.
+const reconcileRetry = 5 * time.Second
+
+// life is a Manager's phase and the work it must wait for.
+type life struct {
+	mu    sync.Mutex
+	phase string
+	work  sync.WaitGroup // creates and snapshot commits in flight
+	stop  context.CancelFunc
+	done  chan struct{} // closed when Start's loops have returned; nil before Start
+	// retry is reconcileRetry, shorter in tests.
+	retry time.Duration
+}
+
+// Phase reports where the Manager is in its life, and why it does not
+// serve yet or any more ("" while serving).
+func (m *Manager) Phase() (phase, reason string) {
+	m.life.mu.Lock()
+	defer m.life.mu.Unlock()
+	return m.life.state()
+}
+
+// state is Phase; the caller holds mu.
+func (l *life) state() (phase, reason string) {
+	switch l.phase {
+	case PhaseStarting:
+		return PhaseStarting, "reconciling with the engine"
+	case PhaseStopping:
+		return PhaseStopping, "shutting down"
+	}
+	return PhaseServing, ""
+}
+
+// Ready returns nil while the Manager serves, else the 503 to answer.
+func (m *Manager) Ready() error { return notReady(m.Phase()) }
+
+// notReady is the error of a request made outside the serving phase.
+func notReady(phase, reason string) error {
+	switch phase {
+	case PhaseStarting:
+		return errf(KindUnavailable, CodeNotReady, "sandboxd is starting (%s); retry shortly", reason)
+	case PhaseStopping:
+		return errf(KindUnavailable, CodeNotReady, "sandboxd is %s; retry after its restart", reason)
+	}
+	return nil
+}
+
+// begin admits one piece of work that Shutdown waits for; call done when
+// it ends. It fails unless the Manager serves.
+func (m *Manager) begin() (done func(), err error) {
+	m.life.mu.Lock()
+	defer m.life.mu.Unlock()
+	if err := notReady(m.life.state()); err != nil {
+		return nil, err
+	}
+	m.life.work.Add(1)
+	return m.life.work.Done, nil
+}
+
+// served marks the end of the first reconcile.
+func (m *Manager) served() {
+	m.life.mu.Lock()
+	defer m.life.mu.Unlock()
+	if m.life.phase == PhaseStarting {
+		m.life.phase = PhaseServing
+	}
+}
+
+// Start reconciles with the engine in the background (retrying while it
+// is unreachable), then serves: it fills the warm pools and runs the
+// reaper until Shutdown.
+func (m *Manager) Start() {
+	ctx, stop := context.WithCancel(context.Background())
+	m.life.mu.Lock()
+	m.life.stop, m.life.done = stop, make(chan struct{})
+	done := m.life.done
+	m.life.mu.Unlock()
+	go func() {
+		defer close(done)
+		for {
+			err := m.Reconcile(ctx)
+			if err == nil {
+				break
+			}
+			m.log.Error("reconcile with the engine failed; retrying", "in", m.life.retry, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(m.life.retry):
+			}
+		}
+		var pools sync.WaitGroup
+		pools.Go(func() { m.RunPools(ctx) })
+		m.RunReaper(ctx)
+		pools.Wait()
+	}()
+}
+
+// Shutdown stops the Manager: it refuses new work, waits for the creates
+// and snapshot commits in flight, stops the pool fillers and the reaper
+// (which persists activity last), then closes the store and the engine
+// client. If ctx ends first it closes them anyway and returns ctx's error.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.life.mu.Lock()
+	if m.life.phase == PhaseStopping {
+		m.life.mu.Unlock()
+		return nil
+	}
+	m.life.phase = PhaseStopping
+	stop, done := m.life.stop, m.life.done
+	m.life.mu.Unlock()
+
+	work := make(chan struct{})
+	go func() {
+		m.life.work.Wait()
+		close(work)
+	}()
+	var late error
+	select {
+	case <-work:
+	case <-ctx.Done():
+		late = errors.New("creates or snapshot commits still running")
+	}
+	if stop != nil {
+		stop()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			late = errors.Join(late, errors.New("pool fillers or the reaper still running"))
+		}
+	}
+	if late != nil {
+		m.log.Warn("shutdown deadline passed; closing the store and the engine client under work in flight", "err", late)
+	}
+	err := errors.Join(m.store.Close(), m.rt.Close())
+	if late != nil {
+		return errors.Join(ctx.Err(), err)
+	}
+	return err
+}
