@@ -65,8 +65,19 @@ type env struct {
 	agent *echoAgent
 }
 
-// newEnv starts a server; edit adjusts the config first.
+// newEnv starts a server whose lifecycle serves (it has reconciled); edit
+// adjusts the config first.
 func newEnv(t *testing.T, edit func(*config.Config)) *env {
+	t.Helper()
+	e := newStartingEnv(t, edit)
+	if err := e.mgr.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// newStartingEnv is newEnv before the lifecycle's first reconcile.
+func newStartingEnv(t *testing.T, edit func(*config.Config)) *env {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Store.Dir = t.TempDir()
@@ -84,9 +95,6 @@ func newEnv(t *testing.T, edit func(*config.Config)) *env {
 	log := slog.New(slog.DiscardHandler)
 	mgr, err := lifecycle.New(cfg, rt, store, log)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mgr.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(New(cfg, mgr, rt, log))

@@ -45,8 +45,19 @@ func testConfig(t *testing.T) config.Config {
 	return cfg
 }
 
-// newEnv builds a testEnv; edit adjusts the config first.
+// newEnv builds a testEnv whose Manager serves (it has reconciled); edit
+// adjusts the config first.
 func newEnv(t *testing.T, edit func(*config.Config)) *testEnv {
+	t.Helper()
+	e := newStartingEnv(t, edit)
+	if err := e.m.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// newStartingEnv is newEnv before the first reconcile.
+func newStartingEnv(t *testing.T, edit func(*config.Config)) *testEnv {
 	t.Helper()
 	cfg := testConfig(t)
 	if edit != nil {
@@ -64,9 +75,6 @@ func newEnv(t *testing.T, edit func(*config.Config)) *testEnv {
 		t.Fatal(err)
 	}
 	m.now = clock.Now
-	if err := m.Reconcile(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	return &testEnv{m: m, rt: rt, store: store, clock: clock, cfg: cfg}
 }
 

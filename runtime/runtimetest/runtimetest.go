@@ -60,6 +60,8 @@ type Runtime struct {
 	hooks       map[string]func(ctx context.Context, id string) error // by method
 	stuck       map[string]bool                                       // by container id
 	repairs     int
+	closed      bool
+	late        []string // methods called after Close
 }
 
 var (
@@ -81,8 +83,9 @@ func New(now func() time.Time) *Runtime {
 	}
 }
 
-// Hook makes every call of method ("Inspect", "Pause", "Unpause", "Agent",
-// "StatPath", "GetArchive", "PutArchive", "Remove") first run fn with the
+// Hook makes every call of method ("Inspect", "List", "Pause", "Unpause",
+// "Commit", "Agent", "StatPath", "GetArchive", "PutArchive", "Remove")
+// first run fn with the
 // call's context and container. fn may block, to inject a delay, or fail
 // the call. A nil fn removes the hook.
 func (f *Runtime) Hook(method string, fn func(ctx context.Context, id string) error) {
@@ -112,6 +115,9 @@ func (f *Runtime) Repairs() int {
 
 // Repair implements runtime.Repairer.
 func (f *Runtime) Repair(_ context.Context, id string) (bool, error) {
+	if err := f.use("Repair"); err != nil {
+		return false, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.stuck[id] {
@@ -122,8 +128,30 @@ func (f *Runtime) Repair(_ context.Context, id string) (bool, error) {
 	return true, nil
 }
 
+// use fails a call made after Close, and records it for AfterClose.
+func (f *Runtime) use(method string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		f.late = append(f.late, method)
+		return fmt.Errorf("runtimetest: %s after Close: %w", method, runtime.ErrUnavailable)
+	}
+	return nil
+}
+
+// AfterClose lists the methods called after Close, which a caller that
+// owns the runtime must never do.
+func (f *Runtime) AfterClose() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.late...)
+}
+
 // call runs method's hook and fails a call on a stuck container.
 func (f *Runtime) call(ctx context.Context, method, id string) error {
+	if err := f.use(method); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	hook := f.hooks[method]
 	f.mu.Unlock()
@@ -296,6 +324,9 @@ func (f *Runtime) FailPing(err error) {
 }
 
 func (f *Runtime) Ping(context.Context) error {
+	if err := f.use("Ping"); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.pingErr
@@ -311,6 +342,9 @@ func (f *Runtime) SetEnginePaths(paths ...string) {
 
 // EnginePaths fails as Ping does.
 func (f *Runtime) EnginePaths(context.Context) ([]string, error) {
+	if err := f.use("EnginePaths"); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.enginePaths, f.pingErr
@@ -318,12 +352,17 @@ func (f *Runtime) EnginePaths(context.Context) ([]string, error) {
 
 // EnsureImage and ImageExists have every image.
 func (f *Runtime) EnsureImage(context.Context, string, *runtime.RegistryAuth, string, func(string)) error {
-	return nil
+	return f.use("EnsureImage")
 }
 
-func (f *Runtime) ImageExists(context.Context, string) (bool, error) { return true, nil }
+func (f *Runtime) ImageExists(context.Context, string) (bool, error) {
+	return true, f.use("ImageExists")
+}
 
 func (f *Runtime) Create(_ context.Context, spec runtime.Spec) (string, error) {
+	if err := f.use("Create"); err != nil {
+		return "", err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.createErr != nil {
@@ -341,6 +380,9 @@ func (f *Runtime) Create(_ context.Context, spec runtime.Spec) (string, error) {
 }
 
 func (f *Runtime) Start(_ context.Context, id string) error {
+	if err := f.use("Start"); err != nil {
+		return err
+	}
 	return f.with(id, func(c *container) error {
 		c.c.StartedAt = f.now()
 		if f.startExit != nil {
@@ -366,7 +408,10 @@ func (f *Runtime) Inspect(ctx context.Context, id string) (runtime.Container, er
 }
 
 // List returns summaries, which (as Docker's) lack the exit code and OOM flag.
-func (f *Runtime) List(_ context.Context, labels map[string]string) ([]runtime.Container, error) {
+func (f *Runtime) List(ctx context.Context, labels map[string]string) ([]runtime.Container, error) {
+	if err := f.call(ctx, "List", ""); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []runtime.Container
@@ -430,13 +475,16 @@ func (f *Runtime) Unpause(ctx context.Context, id string) error {
 }
 
 // Commit and RemoveImage succeed without keeping images.
-func (f *Runtime) Commit(context.Context, string, string) error { return nil }
+func (f *Runtime) Commit(ctx context.Context, id, _ string) error { return f.call(ctx, "Commit", id) }
 
-func (f *Runtime) RemoveImage(context.Context, string) error { return nil }
+func (f *Runtime) RemoveImage(context.Context, string) error { return f.use("RemoveImage") }
 
 // Logs is the same output for every container: one line unless SetLogs
 // changed it, cut to its last tail lines as Docker's.
 func (f *Runtime) Logs(_ context.Context, _ string, tail int, _ time.Time) (io.ReadCloser, error) {
+	if err := f.use("Logs"); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	out := f.logs
 	f.mu.Unlock()
@@ -576,6 +624,9 @@ func (f *Runtime) Agent(ctx context.Context, id string) (http.RoundTripper, erro
 type agentTransport struct{ f *Runtime }
 
 func (t agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := t.f.use("agent request"); err != nil {
+		return nil, err
+	}
 	t.f.mu.Lock()
 	h := t.f.agent
 	t.f.mu.Unlock()
@@ -585,6 +636,9 @@ func (t agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (f *Runtime) EnsureVolume(_ context.Context, name string, create bool, labels map[string]string) (bool, map[string]string, error) {
+	if err := f.use("EnsureVolume"); err != nil {
+		return false, nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if l, ok := f.volumes[name]; ok {
@@ -598,6 +652,9 @@ func (f *Runtime) EnsureVolume(_ context.Context, name string, create bool, labe
 }
 
 func (f *Runtime) RemoveVolume(_ context.Context, name string) error {
+	if err := f.use("RemoveVolume"); err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.volumes[name]; !ok {
@@ -607,4 +664,10 @@ func (f *Runtime) RemoveVolume(_ context.Context, name string) error {
 	return nil
 }
 
-func (f *Runtime) Close() error { return nil }
+// Close makes every later call fail and be listed by AfterClose.
+func (f *Runtime) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	return nil
+}
