@@ -130,7 +130,7 @@ func checkPlatformBox(t *testing.T, s *Server, b *execdBox, arch string) string 
 		if got := strings.TrimSpace(runCommand(t, s, b.ID, "od -An -tx1 -j18 -N2 /opt/sandboxd/sandboxd")); got != facts.elfMachine {
 			t.Errorf("ELF machine of the agent = %q, want %q", got, facts.elfMachine)
 		}
-		vol = agentVolume(t, b)
+		vol = agentVolume(t, b.ID)
 		if !strings.HasPrefix(vol, "sandboxd-agent-linux-"+arch+"-") {
 			t.Errorf("agent volume %s, want one for linux/%s", vol, arch)
 		}
@@ -191,20 +191,20 @@ func buildRelease(t *testing.T) string {
 }
 
 // agentVolume returns the volume mounted at /opt/sandboxd in a sandbox.
-func agentVolume(t *testing.T, b *execdBox) string {
+func agentVolume(t *testing.T, sandboxID string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
 	defer cancel()
-	info, err := dockerClient(t).ContainerInspect(ctx, "sandbox-"+b.ID)
+	info, err := dockerClient(t).ContainerInspect(ctx, "sandbox-"+sandboxID)
 	if err != nil {
-		t.Fatalf("inspect sandbox %s: %v", b.ID, err)
+		t.Fatalf("inspect sandbox %s: %v", sandboxID, err)
 	}
 	for _, m := range info.Mounts {
 		if m.Destination == "/opt/sandboxd" {
 			return m.Name
 		}
 	}
-	t.Fatalf("sandbox %s has no agent volume: %+v", b.ID, info.Mounts)
+	t.Fatalf("sandbox %s has no agent volume: %+v", sandboxID, info.Mounts)
 	return ""
 }
 

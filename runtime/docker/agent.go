@@ -34,8 +34,9 @@ const (
 
 // agentVolume is the named volume holding the agent binary of one sandbox
 // platform (see agentbin.go). It is filled once (its name carries the
-// platform and the binary's hash) and mounted read-only into every sandbox
-// of that platform, so creating a sandbox copies nothing.
+// platform and the binary's hash), checked to still exist at each create,
+// and mounted read-only into every sandbox of that platform, so creating a
+// sandbox copies nothing.
 type agentVolume struct {
 	platform string
 	open     func() (io.ReadCloser, error)
@@ -57,7 +58,10 @@ func (a *agentVolume) ensure(ctx context.Context, d *Docker, image string) (stri
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ready {
-		return a.name(), nil
+		if a.intact(ctx, d) {
+			return a.name(), nil
+		}
+		d.log.Warn("agent volume removed or replaced behind sandboxd's back; refilling it", "volume", a.name())
 	}
 	created, _, err := d.EnsureVolume(ctx, a.name(), true, map[string]string{LabelAgentVolume: a.hash})
 	if err != nil {
@@ -94,6 +98,14 @@ func (a *agentVolume) ensure(ctx context.Context, d *Docker, image string) (stri
 	d.log.Info("agent volume ready", "volume", a.name(), "platform", a.platform, "bytes", a.size)
 	a.ready = true
 	return a.name(), nil
+}
+
+// intact reports whether the volume filled earlier is still there. Someone
+// may remove it (docker volume prune), and the engine would then mount an
+// empty volume of that name, without the label, into the next sandbox.
+func (a *agentVolume) intact(ctx context.Context, d *Docker) bool {
+	_, labels, err := d.EnsureVolume(ctx, a.name(), false, nil)
+	return err == nil && labels[LabelAgentVolume] == a.hash
 }
 
 // fill streams the binary as a one-file tar into the volume.
