@@ -106,10 +106,7 @@ type Docker struct {
 	// Host is the Docker endpoint; "" = env DOCKER_HOST, else the local unix socket.
 	Host string `toml:"host"`
 	// NetworkMode is "bridge", "none" or a user-defined network name; never "host".
-	NetworkMode string `toml:"network_mode"`
-	// HostIP is the address reported for sandboxes when sandboxd itself runs in a container
-	// and listens on a wildcard address.
-	HostIP           string   `toml:"host_ip"`
+	NetworkMode      string   `toml:"network_mode"`
 	APITimeout       Duration `toml:"api_timeout"`
 	DropCapabilities []string `toml:"drop_capabilities"`
 	AddCapabilities  []string `toml:"add_capabilities"`

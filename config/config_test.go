@@ -131,7 +131,6 @@ agent_binaries = { "linux/arm64" = "/opt/sandboxd/sandboxd-linux-arm64" }
 [docker]
 host = "unix:///run/docker.sock"
 network_mode = "none"
-host_ip = "192.0.2.10"
 api_timeout = 30
 drop_capabilities = ["NET_RAW"]
 add_capabilities = ["CHOWN"]
@@ -196,7 +195,6 @@ func TestLoadEveryKey(t *testing.T) {
 		Docker: Docker{
 			Host:             "unix:///run/docker.sock",
 			NetworkMode:      "none",
-			HostIP:           "192.0.2.10",
 			APITimeout:       Duration{30 * time.Second},
 			DropCapabilities: []string{"NET_RAW"},
 			AddCapabilities:  []string{"CHOWN"},

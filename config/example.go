@@ -127,9 +127,6 @@ host = ""
 # refused: it would defeat isolation. sandboxd never publishes sandbox ports; clients reach
 # them through sandboxd's proxy.
 network_mode = "bridge"
-# Address reported for sandboxes when sandboxd itself runs in a container and listens on a
-# wildcard address.
-# host_ip = "192.0.2.10"
 # Timeout of one Docker Engine API call.
 api_timeout = 180
 # Capabilities dropped from every sandbox, then those added back. The added ones let a root

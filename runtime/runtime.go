@@ -113,18 +113,15 @@ type Spec struct {
 	CPUShares              int64
 	MemoryReservationBytes int64
 
-	NetworkMode     string
-	CapDrop         []string
-	CapAdd          []string
-	SecurityOpt     []string
-	ReadOnlyRootfs  bool
-	User            string
-	OCIRuntime      string
-	Mounts          []Mount
-	Tmpfs           map[string]string
-	ShmSize         int64
-	WorkingDir      string
-	RestartDisabled bool
+	NetworkMode    string
+	CapDrop        []string
+	CapAdd         []string
+	SecurityOpt    []string
+	ReadOnlyRootfs bool
+	User           string
+	OCIRuntime     string
+	Mounts         []Mount
+	Tmpfs          map[string]string
 }
 
 // Mount is a bind mount of a host path or a named volume.

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // The daemon has no stderr of its own (it outlives the exec that started
@@ -32,8 +34,7 @@ const (
 type logHub struct {
 	mu        sync.Mutex
 	followers map[chan []byte]struct{}
-	tokens    float64
-	last      time.Time
+	limit     *rate.Limiter // made at the first line
 	dropped   int
 }
 
@@ -41,14 +42,13 @@ type logHub struct {
 func (h *logHub) Write(p []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	now := time.Now()
-	h.tokens = min(logBurst, h.tokens+now.Sub(h.last).Seconds()*logRate)
-	h.last = now
-	if h.tokens < 1 {
+	if h.limit == nil {
+		h.limit = rate.NewLimiter(logRate, logBurst)
+	}
+	if !h.limit.Allow() {
 		h.dropped++
 		return len(p), nil
 	}
-	h.tokens--
 	if h.dropped > 0 {
 		h.send(fmt.Appendf(nil, "level=WARN msg=\"agent daemon: %d log lines dropped (over %d a second)\"\n", h.dropped, logRate))
 		h.dropped = 0

@@ -268,12 +268,11 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 		return "", err
 	}
 	cfg := &container.Config{
-		Image:      spec.Image,
-		Cmd:        spec.Cmd,
-		Env:        spec.Env,
-		Labels:     spec.Labels,
-		User:       spec.User,
-		WorkingDir: spec.WorkingDir,
+		Image:  spec.Image,
+		Cmd:    spec.Cmd,
+		Env:    spec.Env,
+		Labels: spec.Labels,
+		User:   spec.User,
 	}
 	if len(spec.Cmd) > 0 {
 		// The request's entrypoint replaces the image's ENTRYPOINT and CMD,
@@ -297,7 +296,6 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 		ReadonlyRootfs: spec.ReadOnlyRootfs,
 		Runtime:        spec.OCIRuntime,
 		Tmpfs:          spec.Tmpfs,
-		ShmSize:        spec.ShmSize,
 		Resources: container.Resources{
 			NanoCPUs:          spec.NanoCPUs,
 			Memory:            spec.MemoryBytes,
