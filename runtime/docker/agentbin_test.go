@@ -2,15 +2,24 @@ package docker
 
 import (
 	"bytes"
+	"context"
 	"debug/elf"
+	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/volume"
 )
 
 // fakeELF returns the smallest ELF executable header for machine, with a
@@ -212,4 +221,79 @@ func TestNormalizePlatform(t *testing.T) {
 			t.Errorf("normalizePlatform(%q, %q) = %q, want %q", tt.os, tt.arch, got, tt.want)
 		}
 	}
+}
+
+// TestAgentVolumeRefilled: the agent volume is checked at each create; one
+// removed behind sandboxd's back, or replaced by an empty volume of the same
+// name (as the engine makes when it mounts a missing one), is filled again.
+func TestAgentVolumeRefilled(t *testing.T) {
+	data := []byte("agent binary")
+	a := &agentVolume{platform: "linux/amd64", size: int64(len(data)), hash: "0123456789abcdef",
+		open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
+	var mu sync.Mutex
+	var exists, labelled bool
+	var size int64 // of the binary in the volume; 0 = absent
+	fills := 0
+	d := fakeEngine(t, time.Minute, false, map[string]http.HandlerFunc{
+		"GET /volumes/" + a.name(): func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !exists {
+				http.Error(w, `{"message":"no such volume"}`, http.StatusNotFound)
+				return
+			}
+			v := volume.Volume{Name: a.name()}
+			if labelled {
+				v.Labels = map[string]string{LabelAgentVolume: a.hash}
+			}
+			json.NewEncoder(w).Encode(v)
+		},
+		"POST /volumes/create": func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			exists, labelled, size = true, true, 0
+			json.NewEncoder(w).Encode(volume.Volume{Name: a.name()})
+		},
+		"POST /containers/create": func(w http.ResponseWriter, r *http.Request) {
+			json.NewEncoder(w).Encode(container.CreateResponse{ID: "helper"})
+		},
+		"HEAD /containers/helper/archive": func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			if size == 0 {
+				http.Error(w, "", http.StatusNotFound)
+				return
+			}
+			st, _ := json.Marshal(container.PathStat{Name: "sandboxd", Size: size, Mode: 0o755})
+			w.Header().Set("X-Docker-Container-Path-Stat", base64.StdEncoding.EncodeToString(st))
+		},
+		"PUT /containers/helper/archive": func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			mu.Lock()
+			defer mu.Unlock()
+			size, fills = a.size, fills+1
+		},
+		"DELETE /containers/helper": func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) },
+	})
+	ensure := func(what string, wantFills int) {
+		t.Helper()
+		if _, err := a.ensure(context.Background(), d, "busybox"); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if fills != wantFills {
+			t.Errorf("%s: %d fills, want %d", what, fills, wantFills)
+		}
+	}
+	ensure("first create", 1)
+	ensure("volume still there", 1)
+	mu.Lock()
+	exists = false
+	mu.Unlock()
+	ensure("volume removed", 2)
+	mu.Lock()
+	labelled, size = false, 0
+	mu.Unlock()
+	ensure("volume replaced by an empty one", 3)
 }
