@@ -3,11 +3,15 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // okAgent answers every agent request with 200.
@@ -199,5 +203,27 @@ func TestShutdownDeadline(t *testing.T) {
 	}
 	if _, err := e.store.Sandboxes(); err == nil {
 		t.Error("the store is still open after Shutdown")
+	}
+}
+
+// TestStartRetriesReconcile: an engine unreachable at start keeps the
+// Manager starting; Start retries until a reconcile succeeds.
+func TestStartRetriesReconcile(t *testing.T) {
+	e := newStartingEnv(t, nil)
+	e.m.life.retry = time.Millisecond
+	var calls atomic.Int32
+	e.rt.Hook("List", func(context.Context, string) error {
+		if calls.Add(1) <= 2 {
+			return fmt.Errorf("engine down: %w", runtime.ErrUnavailable)
+		}
+		return nil
+	})
+	e.m.Start()
+	waitPhase(t, e.m, PhaseServing)
+	if n := calls.Load(); n < 3 {
+		t.Errorf("serving after %d engine calls, want the two failed reconciles and a good one", n)
+	}
+	if err := e.m.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
