@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// Idle timeout and renew on access (README.md, "Expiry, idle timeout and
-// renewal"). Each test runs its own server with a short [lifecycle] idle_timeout and in parallel, so
+// Idle timeout and renew on access (docs/idle-timeout.md). Each test runs
+// its own server with a short [lifecycle] idle_timeout and in parallel, so
 // the waits overlap. Reaping is only checked one way: a sandbox seen gone
 // before its deadline (or before its work could have ended) fails the test;
 // how late after it the reaper comes is bounded by reapSlack only.
