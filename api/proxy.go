@@ -42,6 +42,11 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	rest := proxyRest(r.URL.EscapedPath(), vars["port"])
+	if port == lifecycle.EgressPort {
+		// The egress API is sandboxd's own, never the sandbox's.
+		s.mgr.ServeEgress(w, r, id, rest)
+		return
+	}
 	if port == lifecycle.ExecdPort && r.ContentLength != 0 && rest != "/files/upload" && !requireJSON(w, r) {
 		return // execd takes JSON bodies only, but for uploads
 	}

@@ -23,6 +23,7 @@ type Config struct {
 	Storage   Storage   `toml:"storage"`
 	Lifecycle Lifecycle `toml:"lifecycle"`
 	Store     Store     `toml:"store"`
+	Egress    Egress    `toml:"egress"`
 	Pools     []Pool    `toml:"pool"` // [[pool]] tables
 
 	Path    string   // file it was loaded from ("" if none)
@@ -167,6 +168,13 @@ type Pool struct {
 	Entrypoint     []string          `toml:"entrypoint"`
 	ResourceLimits map[string]string `toml:"resource_limits"`
 	Env            map[string]string `toml:"env"`
+}
+
+// Egress is the [egress] section: how networkPolicy is enforced.
+type Egress struct {
+	// DNSUpstream are the resolvers (IP or IP:port) the egress daemon forwards allowed names
+	// to; empty = the resolvers Docker gives the helper container.
+	DNSUpstream []string `toml:"dns_upstream"`
 }
 
 // Duration is a time.Duration written in TOML as integer seconds or as a Go duration

@@ -159,6 +159,9 @@ instance_id = "node-a"
 [store]
 dir = "/var/lib/sandboxd"
 
+[egress]
+dns_upstream = ["192.0.2.53", "192.0.2.54:5353"]
+
 [[pool]]
 name = "py"
 image = "python:3.12"
@@ -220,7 +223,8 @@ func TestLoadEveryKey(t *testing.T) {
 			ReaperInterval: Duration{2 * time.Second},
 			InstanceID:     "node-a",
 		},
-		Store: Store{Dir: "/var/lib/sandboxd"},
+		Store:  Store{Dir: "/var/lib/sandboxd"},
+		Egress: Egress{DNSUpstream: []string{"192.0.2.53", "192.0.2.54:5353"}},
 		Pools: []Pool{
 			{
 				Name:           "py",
@@ -276,7 +280,8 @@ func TestLoadUpstreamExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantIgnored := []string{
-		"egress",
+		"egress.image",
+		"egress.mode",
 		"ingress",
 		"renew_intent",
 		"runtime.execd_image",

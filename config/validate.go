@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -70,6 +71,11 @@ func (c Config) validate() error {
 	}
 
 	check(c.Lifecycle.ReaperInterval.Duration > 0, "lifecycle.reaper_interval", "must be positive")
+	for _, u := range c.Egress.DNSUpstream {
+		_, errAP := netip.ParseAddrPort(u)
+		_, errA := netip.ParseAddr(u)
+		check(errAP == nil || errA == nil, "egress.dns_upstream", "%q is not an IP or IP:port (a name would be resolved through the policy it enforces)", u)
+	}
 	check(filepath.IsAbs(c.Store.Dir), "store.dir", "%q is not an absolute path (~/ is allowed)", c.Store.Dir)
 
 	first := make(map[string]int) // pool name -> index of its first use

@@ -315,6 +315,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		_ = m.destroy(ctx, r, r.ContainerID)
 	}
 	m.reconcileSnapshots(ctx)
+	m.restoreEgress(ctx)
 	m.log.Info("reconciled with Docker", "adopted", adopted)
 	m.Sweep(ctx)
 	m.served()

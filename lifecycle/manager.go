@@ -63,6 +63,8 @@ type Manager struct {
 	pools *pools
 	life  life
 
+	egress egressLinks
+
 	mu       sync.Mutex
 	activity map[string]time.Time // last activity by sandbox id, not yet persisted
 
@@ -288,12 +290,9 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if l := strings.TrimSpace(string(req.Lifecycle)); l != "" && l != "null" {
 		return nil, errf(KindInvalid, CodeInvalidParameter, "lifecycle hooks (preStart, periodic) are not supported when runtime.type='docker'")
 	}
-	network := m.cfg.Docker.NetworkMode
-	if np := req.NetworkPolicy; np != nil {
-		if !strings.EqualFold(np.DefaultAction, "deny") || len(np.Egress) > 0 {
-			return nil, errf(KindInvalid, CodeInvalidParameter, "networkPolicy: sandboxd enforces only {\"defaultAction\":\"deny\"} with no egress rules (a sandbox without network); per-destination rules need upstream's egress sidecar")
-		}
-		network = "none"
+	policy, err := parsePolicy(req.NetworkPolicy)
+	if err != nil {
+		return nil, err
 	}
 	res, err := ParseResources(req.ResourceLimits, m.cfg.Docker.DefaultCPU, m.cfg.Docker.DefaultMemory)
 	if err != nil {
@@ -345,11 +344,17 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if renew > 0 {
 		labels[LabelRenewExtend] = strconv.Itoa(renew)
 	}
-	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, network, pv.mounts, hard)
+	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, m.cfg.Docker.NetworkMode, pv.mounts, hard)
 	if platform != nil {
 		p.spec.Platform = platform.OS + "/" + platform.Arch
 	}
-	m.assignPool(poolRef, p)
+	if err := m.planEgress(p, policy); err != nil {
+		return nil, err
+	}
+	if p.rec.NetworkPolicy == nil {
+		// Pool members are made without a policy's helper.
+		m.assignPool(poolRef, p)
+	}
 	return p, nil
 }
 
@@ -437,6 +442,9 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 		}
 		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: fmt.Sprintf("%s: %v", what, err), Err: err}
 	}
+	if err := m.startEgress(ctx, p); err != nil {
+		return fail(err, "start egress helper")
+	}
 	cid, err := m.rt.Create(ctx, p.spec)
 	if err != nil {
 		return fail(err, "create container")
@@ -466,6 +474,9 @@ func (m *Manager) destroy(ctx context.Context, rec *Record, cid string) error {
 		cid = containerName(rec.ID)
 	}
 	if err := m.rt.Remove(ctx, cid); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return err
+	}
+	if err := m.removeEgress(ctx, rec); err != nil {
 		return err
 	}
 	for _, v := range rec.ManagedVolumes {

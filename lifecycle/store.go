@@ -10,6 +10,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
 // Store is the durable state that container labels cannot hold: renewed
@@ -56,6 +58,12 @@ type Record struct {
 	// ReadOnlyRootfs sandboxes get files through the agent: Docker's
 	// archive API refuses to write to them and cannot see their tmpfs.
 	ReadOnlyRootfs bool `json:"readOnlyRootfs,omitempty"`
+	// NetworkPolicy is the egress policy in force (nil: none), enforced
+	// by the helper container EgressHelper forwarding allowed names to
+	// EgressUpstreams.
+	NetworkPolicy   *egress.Policy `json:"networkPolicy,omitempty"`
+	EgressHelper    string         `json:"egressHelper,omitempty"`
+	EgressUpstreams []string       `json:"egressUpstreams,omitempty"`
 }
 
 // SnapshotRecord is a snapshot of a sandbox's filesystem (a committed image).

@@ -5,6 +5,7 @@
 //	sandboxd init-config [PATH] [--example docker] [--force]
 //	sandboxd version
 //	sandboxd agent                            (runs inside sandboxes)
+//	sandboxd egress hold|serve                (runs in egress helpers)
 //	sandboxd ls|create|exec|shell|cp|logs|renew|pause|resume|kill ...   (client; see package cli)
 package main
 
@@ -31,6 +32,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/agent"
 	"github.com/sandboxd/sandboxd/runtime/docker"
+	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
 func main() {
@@ -50,6 +52,9 @@ func main() {
 	case "agent":
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		err = agent.Main(context.Background(), args, log)
+	case "egress":
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		err = egress.Main(context.Background(), args, log)
 	default:
 		if code, ok := cli.Run(cmd, args); ok {
 			os.Exit(code)

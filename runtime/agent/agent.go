@@ -191,27 +191,11 @@ func Run(ctx context.Context, stdin io.Reader, stdout io.Writer, logger *slog.Lo
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	sess, err := yamux.Server(framed(stdioConn{stdin, stdout}), yamuxConfig(logger))
-	if err != nil {
-		return fmt.Errorf("agent: start yamux server: %w", err)
-	}
-	defer sess.Close()
-	stop := context.AfterFunc(ctx, func() { sess.Close() })
-	defer stop()
-
-	srv := &http.Server{
-		Handler:  Handler(Options{Logger: logger}),
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
-	}
 	logger.Info("agent serving on stdio", "pid", os.Getpid())
-	err = srv.Serve(sess)
-	if ctx.Err() != nil {
-		return ctx.Err()
+	if err := ServeStdio(ctx, Handler(Options{Logger: logger}), stdin, stdout, logger); err != nil {
+		return fmt.Errorf("agent: %w", err)
 	}
-	if sess.IsClosed() || errors.Is(err, yamux.ErrSessionShutdown) {
-		return nil
-	}
-	return fmt.Errorf("agent: serve: %w", err)
+	return nil
 }
 
 // stdioConn joins stdin and stdout into the connection yamux needs.

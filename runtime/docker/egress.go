@@ -1,0 +1,67 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/agent"
+)
+
+var _ runtime.Egress = (*Docker)(nil)
+
+// CreateEgressHelper implements runtime.Egress. The helper runs sandboxd
+// from the agent volume as root with NET_ADMIN (to program nftables) and
+// NET_BIND_SERVICE (the resolver on port 53), nothing else; its main
+// process only holds the network namespace.
+func (d *Docker) CreateEgressHelper(ctx context.Context, spec runtime.Spec) (string, error) {
+	spec.Cmd = []string{agentPath, "egress", "hold"}
+	spec.Env = nil
+	spec.User = "0"
+	spec.CapDrop = []string{"ALL"}
+	spec.CapAdd = []string{"NET_ADMIN", "NET_BIND_SERVICE"}
+	spec.SecurityOpt = []string{"no-new-privileges:true"}
+	spec.PidsLimit = 64
+	spec.MemoryBytes = 128 << 20
+	spec.Mounts = nil
+	id, err := d.Create(ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	if err := d.Start(ctx, id); err != nil {
+		_ = d.Remove(context.WithoutCancel(ctx), id)
+		return "", err
+	}
+	return id, nil
+}
+
+// StartEgress implements runtime.Egress: like the agent, the daemon speaks
+// yamux on its exec stream, so no port is ever opened for it.
+func (d *Docker) StartEgress(ctx context.Context, helperID string, args []string) (runtime.Session, error) {
+	cctx, cancel := d.call(ctx)
+	defer cancel()
+	exec, err := d.cli.ContainerExecCreate(cctx, helperID, container.ExecOptions{
+		Cmd:          append([]string{agentPath, "egress", "serve"}, args...),
+		User:         "0",
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+	})
+	if err != nil {
+		return nil, wrap(err, "start egress daemon in %s", helperID)
+	}
+	// The hijacked connection outlives this request: dial without its context.
+	hr, err := d.cli.ContainerExecAttach(context.Background(), exec.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return nil, wrap(err, "attach egress daemon in %s", helperID)
+	}
+	conn := newExecConn(hr, d.agentLog(helperID))
+	client, err := agent.Dial(conn)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("egress session in %s: %w", helperID, err)
+	}
+	return client, nil
+}

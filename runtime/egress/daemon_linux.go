@@ -1,0 +1,354 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/sandboxd/sandboxd/runtime/agent"
+)
+
+// ResolvConf is the resolver file the helper shares with its sandbox
+// (Docker gives a container joining another's network that one's file).
+const ResolvConf = "/etc/resolv.conf"
+
+// listenAddr is the resolver the sandbox is pointed at.
+const listenAddr = "127.0.0.1:53"
+
+// Learned addresses live TTL+learnSlack, within [learnMin, learnMax], as
+// upstream's sidecar does.
+const (
+	learnSlack = 60 * time.Second
+	learnMin   = 60 * time.Second
+	learnMax   = 360 * time.Second
+)
+
+// Main runs `sandboxd egress hold` (the helper's main process, which only
+// holds the network namespace) or `sandboxd egress serve [--upstream
+// ip:port,...]` (the enforcing daemon, started by sandboxd over exec,
+// controlled over its stdin and stdout).
+func Main(ctx context.Context, args []string, log *slog.Logger) error {
+	if len(args) == 0 {
+		return fmt.Errorf("egress: want hold or serve")
+	}
+	switch args[0] {
+	case "hold":
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+		select {
+		case <-sig:
+		case <-ctx.Done():
+		}
+		return nil
+	case "serve":
+		fs := flag.NewFlagSet("egress serve", flag.ContinueOnError)
+		up := fs.String("upstream", "", "comma-separated upstream resolvers (ip:port); default: "+ResolvConf)
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		ups, err := parseUpstreams(*up)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, ups, log)
+	}
+	return fmt.Errorf("egress: unknown subcommand %q", args[0])
+}
+
+func parseUpstreams(s string) ([]netip.AddrPort, error) {
+	if s == "" {
+		return readResolvConf(ResolvConf)
+	}
+	var out []netip.AddrPort
+	for _, f := range strings.Split(s, ",") {
+		ap, err := netip.ParseAddrPort(strings.TrimSpace(f))
+		if err != nil {
+			a, aerr := netip.ParseAddr(strings.TrimSpace(f))
+			if aerr != nil {
+				return nil, fmt.Errorf("egress: upstream %q: %w", f, err)
+			}
+			ap = netip.AddrPortFrom(a, 53)
+		}
+		out = append(out, ap)
+	}
+	return out, nil
+}
+
+// readResolvConf returns the nameservers of path, except this daemon's own.
+func readResolvConf(path string) ([]netip.AddrPort, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("egress: %w", err)
+	}
+	defer f.Close()
+	var out []netip.AddrPort
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || fields[0] != "nameserver" {
+			continue
+		}
+		a, err := netip.ParseAddr(fields[1])
+		if err != nil || a == netip.MustParseAddr("127.0.0.1") || a.IsUnspecified() {
+			continue
+		}
+		out = append(out, netip.AddrPortFrom(a.Unmap(), 53))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("egress: no upstream nameserver in %s", path)
+	}
+	return out, nil
+}
+
+// daemon enforces one policy in the network namespace it runs in.
+type daemon struct {
+	log       *slog.Logger
+	fw        *firewall
+	upstreams []netip.AddrPort
+	guarded   []netip.Prefix
+	client    *dns.Client
+
+	mu      sync.Mutex
+	policy  Policy
+	learned map[netip.Addr]learned
+}
+
+type learned struct {
+	name    string
+	expires time.Time
+}
+
+func serve(ctx context.Context, upstreams []netip.AddrPort, log *slog.Logger) error {
+	fw, err := newFirewall()
+	if err != nil {
+		return err
+	}
+	d := &daemon{
+		log: log, fw: fw, upstreams: upstreams,
+		guarded: append(GuardedPrefixes(), gateways()...),
+		policy:  Policy{DefaultAction: Deny, Egress: []Rule{}},
+		learned: map[netip.Addr]learned{},
+	}
+	d.client = &dns.Client{Timeout: 5 * time.Second, Dialer: &net.Dialer{Control: markSocket}}
+	// Deny everything until sandboxd sends the policy.
+	if err := d.setPolicy(d.policy); err != nil {
+		return err
+	}
+	dnsUDP := &dns.Server{Addr: listenAddr, Net: "udp", Handler: d}
+	dnsTCP := &dns.Server{Addr: listenAddr, Net: "tcp", Handler: d}
+	errc := make(chan error, 2)
+	for _, s := range []*dns.Server{dnsUDP, dnsTCP} {
+		started := make(chan struct{})
+		s.NotifyStartedFunc = func() { close(started) }
+		go func() { errc <- s.ListenAndServe() }()
+		select {
+		case <-started:
+		case err := <-errc:
+			return fmt.Errorf("egress: dns %s: %w", s.Net, err)
+		}
+		defer s.Shutdown()
+	}
+	if err := os.WriteFile(ResolvConf, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+		return fmt.Errorf("egress: point %s at the resolver: %w", ResolvConf, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		if err := <-errc; err != nil {
+			log.Error("egress: dns server stopped", "err", err)
+		}
+		cancel()
+	}()
+	return agent.ServeStdio(ctx, d.routes(), os.Stdin, os.Stdout, log)
+}
+
+// GuardedPrefixes are closed under any policy unless an IP rule opens them:
+// loopback-of-host, link-local (cloud metadata), private and shared ranges.
+func GuardedPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range []string{
+		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+		"172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
+		"::1/128", "::ffff:0:0/96", "fc00::/7", "fe80::/10", "ff00::/8",
+	} {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// gateways returns the default gateways of this namespace: the engine's
+// host as the sandbox sees it.
+func gateways() []netip.Prefix {
+	b, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[1] != "00000000" {
+			continue
+		}
+		v, err := strconv.ParseUint(f[2], 16, 32)
+		if err != nil || v == 0 {
+			continue
+		}
+		// /proc/net/route is in host byte order (little-endian here).
+		a := netip.AddrFrom4([4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
+		out = append(out, netip.PrefixFrom(a, 32))
+	}
+	return out
+}
+
+func markSocket(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, Mark)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+// setPolicy programs p, keeping the learned addresses of names p still allows.
+func (d *daemon) setPolicy(p Policy) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	rs := ruleset{policy: p, guarded: d.guarded}
+	for _, u := range d.upstreams {
+		rs.upstreams = append(rs.upstreams, u.Addr())
+	}
+	keep := map[netip.Addr]learned{}
+	for a, l := range d.learned {
+		if ttl := l.expires.Sub(now); ttl > time.Second && p.AllowsName(l.name) {
+			keep[a] = l
+			rs.learned = append(rs.learned, learnedAddr{a, ttl.Truncate(time.Second)})
+		}
+	}
+	if err := d.fw.apply(rs); err != nil {
+		return err
+	}
+	d.policy, d.learned = p, keep
+	return nil
+}
+
+// ServeDNS answers the sandbox: denied names NXDOMAIN, allowed ones
+// forwarded, their addresses opened before the answer is sent.
+func (d *daemon) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
+	if len(q.Question) == 0 {
+		m := new(dns.Msg)
+		m.SetReply(q)
+		_ = w.WriteMsg(m)
+		return
+	}
+	name := q.Question[0].Name
+	d.mu.Lock()
+	allowed := d.policy.AllowsName(name)
+	d.mu.Unlock()
+	if !allowed {
+		d.log.Info("egress: denied lookup", "name", name)
+		m := new(dns.Msg)
+		m.SetRcode(q, dns.RcodeNameError)
+		_ = w.WriteMsg(m)
+		return
+	}
+	resp := d.forward(q, w.LocalAddr().Network())
+	if resp == nil {
+		m := new(dns.Msg)
+		m.SetRcode(q, dns.RcodeServerFailure)
+		_ = w.WriteMsg(m)
+		return
+	}
+	d.learn(name, resp)
+	_ = w.WriteMsg(resp)
+}
+
+// forward tries the upstreams in order; NOERROR and NXDOMAIN are final.
+func (d *daemon) forward(q *dns.Msg, network string) *dns.Msg {
+	c := *d.client
+	c.Net = network
+	for _, u := range d.upstreams {
+		resp, _, err := c.Exchange(q, u.String())
+		if err == nil && (resp.Rcode == dns.RcodeSuccess || resp.Rcode == dns.RcodeNameError) {
+			return resp
+		}
+	}
+	return nil
+}
+
+func (d *daemon) learn(name string, resp *dns.Msg) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.policy.AllowsName(name) {
+		return // the policy changed while the query was out
+	}
+	for _, rr := range resp.Answer {
+		var ip net.IP
+		switch v := rr.(type) {
+		case *dns.A:
+			ip = v.A
+		case *dns.AAAA:
+			ip = v.AAAA
+		default:
+			continue
+		}
+		a, ok := netip.AddrFromSlice(ip)
+		if !ok {
+			continue
+		}
+		a = a.Unmap()
+		ttl := min(max(time.Duration(rr.Header().Ttl)*time.Second+learnSlack, learnMin), learnMax)
+		_, present := d.learned[a]
+		if err := d.fw.learn(a, ttl, present); err != nil {
+			d.log.Error("egress: open learned address", "addr", a, "err", err)
+			continue
+		}
+		d.learned[a] = learned{name: strings.ToLower(name), expires: time.Now().Add(ttl)}
+	}
+}
+
+// routes is the control API sandboxd reaches over the exec stream.
+func (d *daemon) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("PUT /policy", func(w http.ResponseWriter, r *http.Request) {
+		var p Policy
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(&p); err != nil {
+			http.Error(w, "invalid policy: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		p, err := Normalize(p)
+		if err != nil {
+			http.Error(w, "invalid policy: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := d.setPolicy(p); err != nil {
+			http.Error(w, "failed to apply nftables policy: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		ups := make([]string, 0, len(d.upstreams))
+		for _, u := range d.upstreams {
+			ups = append(ups, u.String())
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"upstreams": ups})
+	})
+	return mux
+}
