@@ -1,0 +1,364 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+)
+
+const labelEgressFor = "opensandbox.io/egress-sidecar-for"
+
+// egressWorld is the egress tests' "internet": a Docker network of the
+// test's own in 198.18.0.0/15 (the benchmarking range, outside what a
+// policy guards) with egressworld servers (authoritative DNS for
+// allowed.test and denied.test, HTTP on 80, a listener on 853).
+type egressWorld struct {
+	net                     string
+	dns, allowed, denied    string // server addresses; dns is also allowed.test's
+	allowedName, deniedName string
+}
+
+func newEgressWorld(t *testing.T) *egressWorld {
+	t.Helper()
+	w := &egressWorld{allowedName: "allowed.test", deniedName: "denied.test"}
+	var prefix string
+	w.net = worldNetwork(t, func() string {
+		n, _ := rand.Int(rand.Reader, big.NewInt(510))
+		prefix = fmt.Sprintf("198.%d.%d.", 18+n.Int64()/255, n.Int64()%255)
+		return prefix + "0/24"
+	})
+	w.dns, w.allowed, w.denied = prefix+"10", prefix+"10", prefix+"11"
+	worldServers(t, w.net, "allowed.test="+w.allowed+",denied.test="+w.denied, w.allowed, w.denied)
+	return w
+}
+
+// worldNetwork creates a bridge network on a subnet from next (tried a few
+// times against collisions) and removes it when the test ends.
+func worldNetwork(t *testing.T, next func() string) string {
+	t.Helper()
+	name := "sandboxd-e2e-egress-" + randomHex(t, 4)
+	for attempt := 0; ; attempt++ {
+		_, err := dockerClient(t).NetworkCreate(context.Background(), name, network.CreateOptions{
+			Driver: "bridge", IPAM: &network.IPAM{Config: []network.IPAMConfig{{Subnet: next()}}},
+		})
+		if err == nil {
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("create the test network: %v", err)
+		}
+	}
+	t.Cleanup(func() { _ = dockerClient(t).NetworkRemove(context.Background(), name) })
+	return name
+}
+
+// worldServers runs an egressworld server at each ip of net.
+func worldServers(t *testing.T, net, zone string, ips ...string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "egressworld")
+	build := exec.Command("go", "build", "-o", bin, "./e2e/egressworld")
+	build.Dir = repoRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build egressworld: %v\n%s", err, out)
+	}
+	c := dockerClient(t)
+	ctx := context.Background()
+	for _, ip := range ips {
+		resp, err := c.ContainerCreate(ctx, &container.Config{
+			Image: imageBusybox, Entrypoint: []string{"/egressworld", "-zone", zone, "-tag", ip},
+		}, &container.HostConfig{Binds: []string{bin + ":/egressworld:ro"}}, &network.NetworkingConfig{
+			EndpointsConfig: map[string]*network.EndpointSettings{net: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: ip}}},
+		}, nil, "")
+		if err != nil {
+			t.Fatalf("create world server %s: %v", ip, err)
+		}
+		t.Cleanup(func() {
+			_ = dockerClient(t).ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true})
+		})
+		if err := c.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+			t.Fatalf("start world server %s: %v", ip, err)
+		}
+	}
+}
+
+// reach reports whether the sandbox gets the HTTP answer of host's server.
+func reach(t *testing.T, b *execdBox, host string) bool {
+	t.Helper()
+	out, _ := b.secShell(t, `printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 `+host+` 80 2>&1`)
+	return strings.Contains(out, "hello from")
+}
+
+// lookup runs nslookup of name (at server, if not empty) in the sandbox.
+func lookup(t *testing.T, b *execdBox, name, server string) string {
+	t.Helper()
+	out, _ := b.secShell(t, "nslookup "+name+" "+server+" 2>&1")
+	return out
+}
+
+// policedBox is newExecdBox with a networkPolicy; its helper is removed
+// when the test ends even if sandboxd did not get to it.
+func policedBox(t *testing.T, s *Server, policy map[string]any) *execdBox {
+	t.Helper()
+	b := newExecdBox(t, s, busyboxWith(map[string]any{"networkPolicy": policy}))
+	removeHelperAtEnd(t, b.ID)
+	return b
+}
+
+// removeHelperAtEnd removes a sandbox's egress helper when the test ends.
+func removeHelperAtEnd(t *testing.T, id string) {
+	t.Cleanup(func() {
+		for _, h := range containersByLabel(t, labelEgressFor, id) {
+			_ = dockerClient(t).ContainerRemove(context.Background(), h.ID, container.RemoveOptions{Force: true})
+		}
+	})
+}
+
+func egressPath(id, rest string) string { return "/sandboxes/" + id + "/proxy/18080" + rest }
+
+// egressDaemonPID returns the host pid of the egress daemon of a sandbox.
+func egressDaemonPID(t *testing.T, id string) int {
+	t.Helper()
+	helpers := containersByLabel(t, labelEgressFor, id)
+	if len(helpers) != 1 {
+		t.Fatalf("sandbox %s: %d egress helpers, want 1", id, len(helpers))
+	}
+	top, err := dockerClient(t).ContainerTop(context.Background(), helpers[0].ID, []string{"-eo", "pid,args"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range top.Processes {
+		if strings.Contains(p[1], "egress serve") {
+			pid, _ := strconv.Atoi(p[0])
+			return pid
+		}
+	}
+	t.Fatalf("no egress daemon in the helper of %s: %v", id, top.Processes)
+	return 0
+}
+
+// TestEgressPolicy: names, addresses, other resolvers, DoT and the metadata
+// address under a policy, changes at run time, and what happens when the
+// daemon, sandboxd or the helper is killed.
+func TestEgressPolicy(t *testing.T) {
+	w := newEgressWorld(t)
+	s := startServer(t, withTOML(fmt.Sprintf("[docker]\nnetwork_mode = %q\n[egress]\ndns_upstream = [%q]\n", w.net, w.dns)))
+	control := newExecdBox(t, s, busyboxRequest())
+	policy := map[string]any{"defaultAction": "deny", "egress": []map[string]string{{"action": "allow", "target": "allowed.test"}}}
+	pol := policedBox(t, s, policy)
+	open := policedBox(t, s, map[string]any{"defaultAction": "allow"})
+
+	// Controls: without a policy every server and resolver answers.
+	for _, host := range []string{w.allowed, w.denied} {
+		if !reach(t, control, host) {
+			t.Fatalf("control: the unpoliced sandbox cannot reach %s", host)
+		}
+	}
+	if out := lookup(t, control, w.deniedName, w.denied); !strings.Contains(out, w.denied) {
+		t.Fatalf("control: the other resolver does not answer: %s", out)
+	}
+	if out, _ := control.secShell(t, "nc -w 5 "+w.dns+" 853 </dev/null"); !strings.Contains(out, "hello from") {
+		t.Fatalf("control: port 853 does not answer: %q", out)
+	}
+
+	if out := lookup(t, pol, w.allowedName, ""); !strings.Contains(out, w.allowed) {
+		t.Errorf("allowed name does not resolve: %s", out)
+	}
+	if !reach(t, pol, w.allowedName) {
+		t.Errorf("allowed name is unreachable")
+	}
+	if out := lookup(t, pol, w.deniedName, ""); !strings.Contains(out, "NXDOMAIN") {
+		t.Errorf("denied name is not NXDOMAIN: %s", out)
+	}
+	if reach(t, pol, w.denied) {
+		t.Errorf("the denied name's address is reachable by IP")
+	}
+	if out := lookup(t, pol, w.deniedName, w.denied); strings.Contains(out, "Address: "+w.denied) {
+		t.Errorf("DNS to another resolver got through: %s", out)
+	}
+	if out, _ := pol.secShell(t, "nc -w 5 "+w.dns+" 853 </dev/null"); strings.Contains(out, "hello from") {
+		t.Errorf("DoT port 853 is reachable")
+	}
+	if !reach(t, open, w.denied) {
+		t.Errorf("defaultAction allow: an address is unreachable")
+	}
+
+	var got struct {
+		Status, Mode, EnforcementMode string
+		Policy                        struct {
+			DefaultAction string
+			Egress        []struct{ Action, Target string }
+		}
+	}
+	s.doJSON(t, http.MethodGet, egressPath(pol.ID, "/policy"), nil, http.StatusOK, &got)
+	if got.Status != "ok" || got.Mode != "enforcing" || got.EnforcementMode != "dns+nft" || got.Policy.DefaultAction != "deny" ||
+		len(got.Policy.Egress) != 1 || got.Policy.Egress[0].Target != "allowed.test" {
+		t.Errorf("GET /policy = %+v", got)
+	}
+
+	// PATCH takes effect when it returns: no retry below.
+	s.doJSON(t, http.MethodPatch, egressPath(pol.ID, "/policy"),
+		[]map[string]string{{"action": "allow", "target": "denied.test"}, {"action": "deny", "target": "allowed.test"}}, http.StatusOK, nil)
+	if !reach(t, pol, w.deniedName) {
+		t.Errorf("after PATCH: the newly allowed name is unreachable")
+	}
+	if reach(t, pol, w.allowed) {
+		t.Errorf("after PATCH: the newly denied name's address is still reachable")
+	}
+	if out := lookup(t, pol, w.allowedName, ""); !strings.Contains(out, "NXDOMAIN") {
+		t.Errorf("after PATCH: the newly denied name resolves: %s", out)
+	}
+	s.doJSON(t, http.MethodPut, egressPath(pol.ID, "/policy"), policy, http.StatusOK, nil)
+
+	// kill -9 of the daemon: the firewall stays, sandboxd restarts it.
+	old := egressDaemonPID(t, pol.ID)
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, secWait, "the egress daemon to be restarted", func() bool {
+		if reach(t, pol, w.denied) {
+			t.Fatalf("the denied address became reachable after the daemon was killed")
+		}
+		return strings.Contains(lookup(t, pol, w.allowedName, ""), w.allowed)
+	})
+
+	// kill -9 of sandboxd: the policy is re-applied by the next one.
+	s.Kill9()
+	s.start()
+	waitUntil(t, secWait, "the policy after a restart of sandboxd", func() bool {
+		if reach(t, pol, w.denied) {
+			t.Fatalf("the denied address became reachable after sandboxd was killed")
+		}
+		return reach(t, pol, w.allowedName)
+	})
+	s.doJSON(t, http.MethodGet, egressPath(pol.ID, "/policy"), nil, http.StatusOK, &got)
+	if len(got.Policy.Egress) != 1 || got.Policy.Egress[0].Target != "allowed.test" {
+		t.Errorf("policy after a restart of sandboxd = %+v", got.Policy)
+	}
+
+	// kill -9 of the helper: its namespace loses its interfaces, so the
+	// sandbox has no network at all.
+	helper := containersByLabel(t, labelEgressFor, pol.ID)[0].ID
+	if err := dockerClient(t).ContainerKill(context.Background(), helper, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, secWait, "the helper to exit", func() bool { return !inspectContainer(t, helper).State.Running })
+	if reach(t, pol, w.denied) || reach(t, pol, w.allowed) {
+		t.Errorf("the sandbox reaches the network with its helper dead")
+	}
+	if out, _ := pol.secShell(t, "ip -o addr | grep -v ' lo ' || true"); out != "" {
+		t.Errorf("the sandbox has interfaces besides lo with its helper dead: %q", out)
+	}
+}
+
+// TestEgressMetadataBlocked: the cloud metadata address stays closed even
+// under defaultAction allow. The test network is 169.254.169.0/24 itself,
+// with a server at 169.254.169.254, as the bridge driver cannot route a
+// second subnet.
+func TestEgressMetadataBlocked(t *testing.T) {
+	const md = "169.254.169.254"
+	net := worldNetwork(t, func() string { return "169.254.169.0/24" })
+	worldServers(t, net, "", md)
+	s := startServer(t, withTOML(fmt.Sprintf("[docker]\nnetwork_mode = %q\n", net)))
+	control := newExecdBox(t, s, busyboxRequest())
+	if !reach(t, control, md) {
+		t.Fatalf("control: the unpoliced sandbox cannot reach %s", md)
+	}
+	open := policedBox(t, s, map[string]any{"defaultAction": "allow"})
+	if reach(t, open, md) {
+		t.Errorf("defaultAction allow: the metadata address is reachable")
+	}
+	// An IP rule opens it: the guard is a default, not a wall.
+	s.doJSON(t, http.MethodPatch, egressPath(open.ID, "/policy"), []map[string]string{{"action": "allow", "target": md}}, http.StatusOK, nil)
+	if !reach(t, open, md) {
+		t.Errorf("an allow rule for %s does not open it", md)
+	}
+}
+
+// TestEgressPolicyValidation: networkPolicy on create is checked with
+// upstream's codes, and the egress API answers upstream's bodies.
+func TestEgressPolicyValidation(t *testing.T) {
+	s := startServer(t)
+	for _, c := range []struct {
+		policy     string
+		wantStatus int
+		code       string
+	}{
+		{`{"egress":[{"target":"a.com"}]}`, http.StatusUnprocessableEntity, ""},
+		{`{"egress":[{"action":"allow","target":""}]}`, http.StatusUnprocessableEntity, ""},
+		{`{"egress":[{"action":"block","target":"a.com"}]}`, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER"},
+		{`{"defaultAction":"block"}`, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER"},
+		{`{"egress":[{"action":"allow","target":"http://a.com"}]}`, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER"},
+	} {
+		req := busyboxRequest()
+		req["networkPolicy"] = json.RawMessage(c.policy)
+		status, _, body := s.do(t, http.MethodPost, "/v1/sandboxes", req, nil)
+		if status != c.wantStatus || !strings.Contains(string(body), c.code) {
+			t.Errorf("networkPolicy %s: %d %s, want %d %s", c.policy, status, body, c.wantStatus, c.code)
+		}
+	}
+	sb := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"networkPolicy": map[string]any{"defaultAction": "deny"}}))
+	removeHelperAtEnd(t, sb.ID)
+	var ep struct {
+		Endpoint string
+		Headers  map[string]string
+	}
+	s.doJSON(t, http.MethodGet, sandboxPath(sb.ID, "/endpoints/18080"), nil, http.StatusOK, &ep)
+	if !strings.HasSuffix(ep.Endpoint, egressPath(sb.ID, "")) {
+		t.Errorf("egress endpoint %q", ep.Endpoint)
+	}
+	b := &execdBox{s: s, ID: sb.ID, Headers: ep.Headers}
+	p := egressPath(b.ID, "/policy")
+	for _, c := range []struct {
+		method, body string
+		wantStatus   int
+		want         string
+	}{
+		{http.MethodPatch, ``, http.StatusBadRequest, "empty body\n"},
+		{http.MethodPatch, `[]`, http.StatusBadRequest, "invalid patch rules: empty array\n"},
+		{http.MethodPatch, `{}`, http.StatusBadRequest, "invalid patch rules: "},
+		{http.MethodDelete, `["x.com"]`, http.StatusOK, `"reason":"no matching targets found"`},
+		{http.MethodPost, ``, http.StatusOK, `"reason":"policy reset to default deny-all"`},
+		{http.MethodPatch, `[{"action":"allow","target":"pypi.org"}]`, http.StatusOK, `"mode":"enforcing"`},
+		{http.MethodGet, ``, http.StatusOK, `"policy":{"egress":[{"action":"allow","target":"pypi.org"}],"defaultAction":"deny"}`},
+		{http.MethodDelete, `["PYPI.org"]`, http.StatusOK, `"mode":"deny_all"`},
+		{http.MethodOptions, ``, http.StatusMethodNotAllowed, "method not allowed\n"},
+	} {
+		status, _, body := s.do(t, c.method, p, c.body, nil)
+		if status != c.wantStatus || !strings.Contains(string(body), c.want) {
+			t.Errorf("%s /policy %s: %d %q, want %d %q", c.method, c.body, status, body, c.wantStatus, c.want)
+		}
+	}
+	// The sandbox's own token opens the egress API, as every proxied call.
+	status, _, _ := s.do(t, http.MethodGet, p, nil, map[string]string{apiKeyHeader: "", execdTokenHeader: b.Headers[execdTokenHeader]})
+	if status != http.StatusOK {
+		t.Errorf("GET /policy with the sandbox token: %d", status)
+	}
+	status, _, _ = s.do(t, http.MethodGet, p, nil, map[string]string{apiKeyHeader: ""})
+	if status != http.StatusUnauthorized {
+		t.Errorf("GET /policy without credentials: %d, want 401", status)
+	}
+	// Delete removes the helper, labelled as upstream labels its sidecar.
+	if n := len(containersByLabel(t, labelEgressFor, b.ID)); n != 1 {
+		t.Fatalf("%d egress helpers for a policed sandbox, want 1", n)
+	}
+	s.doJSON(t, http.MethodDelete, sandboxPath(b.ID), nil, http.StatusNoContent, nil)
+	if n := len(containersByLabel(t, labelEgressFor, b.ID)); n != 0 {
+		t.Errorf("%d egress helper(s) left after delete", n)
+	}
+}
