@@ -1,0 +1,226 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/egress"
+	"github.com/sandboxd/sandboxd/runtime/runtimetest"
+)
+
+func TestParsePolicy(t *testing.T) {
+	rules := func(raw ...string) *NetworkPolicy {
+		np := &NetworkPolicy{DefaultAction: "Deny"}
+		for _, r := range raw {
+			np.Egress = append(np.Egress, json.RawMessage(r))
+		}
+		return np
+	}
+	p, err := parsePolicy(rules(`{"action":"allow","target":"PyPI.org"}`, `{"action":"deny","target":"10.0.0.0/8"}`))
+	if err != nil || p.DefaultAction != "deny" || len(p.Egress) != 2 || p.Egress[0].Target != "pypi.org" {
+		t.Fatalf("parsePolicy = %+v, %v", p, err)
+	}
+	if p, err := parsePolicy(nil); p != nil || err != nil {
+		t.Errorf("no policy = %+v, %v", p, err)
+	}
+	for raw, kind := range map[string]Kind{
+		`{"target":"a.com"}`:                  KindUnprocessable,
+		`{"action":"allow"}`:                  KindUnprocessable,
+		`{"action":"allow","target":""}`:      KindUnprocessable,
+		`"a.com"`:                             KindUnprocessable,
+		`{"action":"block","target":"a.com"}`: KindInvalid,
+		`{"action":"allow","target":"a b"}`:   KindInvalid,
+	} {
+		_, err := parsePolicy(rules(raw))
+		if e, ok := AsError(err); !ok || e.Kind != kind {
+			t.Errorf("rule %s: %v, want kind %v", raw, err, kind)
+		}
+	}
+	if _, err := parsePolicy(&NetworkPolicy{DefaultAction: "block"}); err == nil {
+		t.Error("defaultAction block accepted")
+	}
+}
+
+func TestChangePolicy(t *testing.T) {
+	cur := egress.Policy{DefaultAction: egress.Deny, Egress: []egress.Rule{{Action: egress.Allow, Target: "pypi.org"}}}
+	for _, c := range []struct {
+		method, body string
+		status       int
+		reason, msg  string
+		rules        int
+	}{
+		{http.MethodPost, ``, 200, "policy reset to default deny-all", "", 0},
+		{http.MethodPut, `null`, 200, "", "", 0},
+		{http.MethodPost, `{"defaultAction":"allow","egress":[{"action":"deny","target":"a.com"}]}`, 200, "", "", 1},
+		{http.MethodPost, `{"defaultAction":"nope"}`, 400, "", "invalid policy: ", 0},
+		{http.MethodPost, `[`, 400, "", "invalid policy: ", 0},
+		{http.MethodPatch, ``, 400, "", "empty body", 0},
+		{http.MethodPatch, `[]`, 400, "", "invalid patch rules: empty array", 0},
+		{http.MethodPatch, `[{"action":"allow","target":"b.com"}]`, 200, "", "", 2},
+		{http.MethodDelete, ``, 400, "", "empty body", 0},
+		{http.MethodDelete, `[]`, 400, "", "invalid delete targets: empty array", 0},
+		{http.MethodDelete, `[1]`, 400, "", "invalid delete targets: ", 0},
+		{http.MethodDelete, `["x.com"]`, 200, "no matching targets found", "", 1},
+		{http.MethodDelete, `["PYPI.ORG"]`, 200, "", "", 0},
+	} {
+		next, reason, status, msg := changePolicy(c.method, cur, []byte(c.body))
+		if status != c.status || reason != c.reason || !strings.HasPrefix(msg, c.msg) || (status == 200 && len(next.Egress) != c.rules) {
+			t.Errorf("%s %s = %+v %q %d %q", c.method, c.body, next, reason, status, msg)
+		}
+	}
+	many := make([]egress.Rule, egress.MaxRules+1)
+	for i := range many {
+		many[i] = egress.Rule{Action: egress.Allow, Target: "a.com"}
+	}
+	body, _ := json.Marshal(many)
+	if _, _, status, _ := changePolicy(http.MethodPatch, cur, body); status != http.StatusRequestEntityTooLarge {
+		t.Errorf("over the rule cap: %d, want 413", status)
+	}
+}
+
+// egressFake adds egress helpers to the fake runtime: each daemon session
+// records the policies pushed to it.
+type egressFake struct {
+	*runtimetest.Runtime
+	mu       sync.Mutex
+	starts   int
+	pushed   []egress.Policy
+	sessions []*fakeSession
+	fail     bool
+}
+
+type fakeSession struct {
+	h    http.Handler
+	done chan struct{}
+}
+
+func (s *fakeSession) Transport() http.RoundTripper { return handlerTransport{s.h} }
+func (s *fakeSession) Done() <-chan struct{}        { return s.done }
+func (s *fakeSession) Close() error                 { return nil }
+
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	w := httptest.NewRecorder()
+	t.h.ServeHTTP(w, r)
+	return w.Result(), nil
+}
+
+func (f *egressFake) CreateEgressHelper(ctx context.Context, spec runtime.Spec) (string, error) {
+	id, err := f.Create(ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	return id, f.Start(ctx, id)
+}
+
+func (f *egressFake) StartEgress(_ context.Context, helper string, args []string) (runtime.Session, error) {
+	if !f.Exists(helper) {
+		return nil, runtime.ErrNotFound
+	}
+	s := &fakeSession{done: make(chan struct{}), h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p egress.Policy
+		_ = json.NewDecoder(r.Body).Decode(&p)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.fail {
+			http.Error(w, "nft failed", http.StatusInternalServerError)
+			return
+		}
+		f.pushed = append(f.pushed, p)
+		_, _ = w.Write([]byte(`{"upstreams":["192.0.2.53:53"]}`))
+	})}
+	f.mu.Lock()
+	f.starts++
+	f.sessions = append(f.sessions, s)
+	f.mu.Unlock()
+	return s, nil
+}
+
+func (f *egressFake) state() (starts int, pushed []egress.Policy) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.starts, slices.Clone(f.pushed)
+}
+
+func TestEgressLifecycle(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) {
+		c.Docker.AddCapabilities = append(c.Docker.AddCapabilities, "NET_RAW", "cap_net_admin")
+	})
+	f := &egressFake{Runtime: e.rt}
+	e.m.rt = f
+	req := validRequest()
+	req.NetworkPolicy = &NetworkPolicy{DefaultAction: "deny", Egress: []json.RawMessage{json.RawMessage(`{"action":"allow","target":"pypi.org"}`)}}
+	sb, cid := e.create(t, req)
+	rec, _ := e.store.Sandbox(sb.ID)
+	spec := e.rt.Spec(t, cid)
+	if rec.EgressHelper == "" || spec.NetworkMode != "container:"+rec.EgressHelper {
+		t.Fatalf("sandbox network %q, helper %q", spec.NetworkMode, rec.EgressHelper)
+	}
+	if slices.Contains(spec.CapAdd, "NET_RAW") || slices.Contains(spec.CapAdd, "cap_net_admin") {
+		t.Errorf("a policed sandbox keeps %v", spec.CapAdd)
+	}
+	if h := e.rt.Spec(t, rec.EgressHelper); h.Labels[LabelEgressFor] != sb.ID || h.Labels[LabelInstance] != "" {
+		t.Errorf("helper labels %v", h.Labels)
+	}
+	if !slices.Equal(rec.EgressUpstreams, []string{"192.0.2.53:53"}) {
+		t.Errorf("upstreams kept: %v", rec.EgressUpstreams)
+	}
+	if _, pushed := f.state(); len(pushed) != 1 || pushed[0].Egress[0].Target != "pypi.org" {
+		t.Fatalf("pushed %+v", pushed)
+	}
+
+	// A change goes to the daemon and the store.
+	w := httptest.NewRecorder()
+	e.m.ServeEgress(w, httptest.NewRequest(http.MethodPatch, "/policy", strings.NewReader(`[{"action":"deny","target":"pypi.org"}]`)), sb.ID, "/policy")
+	if w.Code != http.StatusOK {
+		t.Fatalf("PATCH: %d %s", w.Code, w.Body)
+	}
+	if rec, _ := e.store.Sandbox(sb.ID); rec.NetworkPolicy.Egress[0].Action != egress.Deny {
+		t.Errorf("stored policy %+v", rec.NetworkPolicy)
+	}
+
+	// A dead daemon is restarted with the stored policy.
+	f.mu.Lock()
+	close(f.sessions[0].done)
+	f.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		starts, pushed := f.state()
+		if starts == 2 && len(pushed) == 3 {
+			if pushed[2].Egress[0].Action != egress.Deny {
+				t.Errorf("re-applied %+v", pushed[2])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon not restarted: %d starts, %d pushes", starts, len(pushed))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	if err := e.m.Delete(context.Background(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if e.rt.Exists(rec.EgressHelper) {
+		t.Error("the helper survived the delete")
+	}
+
+	// A policy the daemon cannot apply fails the create and leaves nothing.
+	f.fail = true
+	if _, err := e.m.Create(context.Background(), req); err == nil {
+		t.Fatal("create succeeded with a failing daemon")
+	}
+	if left, _ := e.rt.List(context.Background(), map[string]string{LabelEgressFor: ""}); len(left) != 0 {
+		t.Errorf("%d helpers left after a failed create", len(left))
+	}
+}
