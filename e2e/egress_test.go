@@ -21,7 +21,12 @@ import (
 	"github.com/docker/docker/api/types/network"
 )
 
-const labelEgressFor = "opensandbox.io/egress-sidecar-for"
+// Labels of egress helpers: the sandbox they serve (upstream's sidecar
+// label) and the sandboxd instance that made them.
+const (
+	labelEgressFor      = "opensandbox.io/egress-sidecar-for"
+	labelEgressInstance = "opensandbox.io/sandboxd-egress-instance"
+)
 
 // egressWorld is the egress tests' "internet": a Docker network of the
 // test's own in 198.18.0.0/15 (the benchmarking range, outside what a
@@ -111,19 +116,17 @@ func lookup(t *testing.T, b *execdBox, name, server string) string {
 	return out
 }
 
-// policedBox is newExecdBox with a networkPolicy; its helper is removed
-// when the test ends even if sandboxd did not get to it.
+// policedBox is newExecdBox with a networkPolicy.
 func policedBox(t *testing.T, s *Server, policy map[string]any) *execdBox {
 	t.Helper()
-	b := newExecdBox(t, s, busyboxWith(map[string]any{"networkPolicy": policy}))
-	removeHelperAtEnd(t, b.ID)
-	return b
+	return newExecdBox(t, s, busyboxWith(map[string]any{"networkPolicy": policy}))
 }
 
-// removeHelperAtEnd removes a sandbox's egress helper when the test ends.
-func removeHelperAtEnd(t *testing.T, id string) {
+// removeInstanceHelpersAtEnd removes the egress helpers of a server's
+// instance when the test ends, should sandboxd not have.
+func removeInstanceHelpersAtEnd(t *testing.T, s *Server) {
 	t.Cleanup(func() {
-		for _, h := range containersByLabel(t, labelEgressFor, id) {
+		for _, h := range containersByLabel(t, labelEgressInstance, s.InstanceID) {
 			_ = dockerClient(t).ContainerRemove(context.Background(), h.ID, container.RemoveOptions{Force: true})
 		}
 	})
@@ -158,6 +161,7 @@ func egressDaemonPID(t *testing.T, id string) int {
 func TestEgressPolicy(t *testing.T) {
 	w := newEgressWorld(t)
 	s := startServer(t, withTOML(fmt.Sprintf("[docker]\nnetwork_mode = %q\n[egress]\ndns_upstream = [%q]\n", w.net, w.dns)))
+	removeInstanceHelpersAtEnd(t, s)
 	control := newExecdBox(t, s, busyboxRequest())
 	policy := map[string]any{"defaultAction": "deny", "egress": []map[string]string{{"action": "allow", "target": "allowed.test"}}}
 	pol := policedBox(t, s, policy)
@@ -275,6 +279,7 @@ func TestEgressMetadataBlocked(t *testing.T) {
 	net := worldNetwork(t, func() string { return "169.254.169.0/24" })
 	worldServers(t, net, "", md)
 	s := startServer(t, withTOML(fmt.Sprintf("[docker]\nnetwork_mode = %q\n", net)))
+	removeInstanceHelpersAtEnd(t, s)
 	control := newExecdBox(t, s, busyboxRequest())
 	if !reach(t, control, md) {
 		t.Fatalf("control: the unpoliced sandbox cannot reach %s", md)
@@ -294,6 +299,7 @@ func TestEgressMetadataBlocked(t *testing.T) {
 // upstream's codes, and the egress API answers upstream's bodies.
 func TestEgressPolicyValidation(t *testing.T) {
 	s := startServer(t)
+	removeInstanceHelpersAtEnd(t, s)
 	for _, c := range []struct {
 		policy     string
 		wantStatus int
@@ -313,7 +319,6 @@ func TestEgressPolicyValidation(t *testing.T) {
 		}
 	}
 	sb := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"networkPolicy": map[string]any{"defaultAction": "deny"}}))
-	removeHelperAtEnd(t, sb.ID)
 	var ep struct {
 		Endpoint string
 		Headers  map[string]string
@@ -361,4 +366,18 @@ func TestEgressPolicyValidation(t *testing.T) {
 	if n := len(containersByLabel(t, labelEgressFor, b.ID)); n != 0 {
 		t.Errorf("%d egress helper(s) left after delete", n)
 	}
+}
+
+// TestEgressTypeScriptSDK runs e2e/ts/egress_sdk.test.mjs: create with a
+// networkPolicy, getEgressPolicy, patchEgressRules and deleteEgressRules
+// through the official SDK, with and without the server proxy.
+func TestEgressTypeScriptSDK(t *testing.T) {
+	w := newEgressWorld(t)
+	s := startServer(t, withTOML(fmt.Sprintf("[docker]\nnetwork_mode = %q\n[egress]\ndns_upstream = [%q]\n", w.net, w.dns)))
+	removeInstanceHelpersAtEnd(t, s)
+	s.runNode(t, "egress_sdk.test.mjs", map[string]string{"SANDBOXD_EGRESS_ALLOWED": w.allowedName, "SANDBOXD_EGRESS_DENIED": w.deniedName})
+	if left := containersByLabel(t, labelEgressInstance, s.InstanceID); len(left) != 0 {
+		t.Errorf("the SDK's kill left %d egress helper(s)", len(left))
+	}
+
 }

@@ -21,6 +21,10 @@ import (
 // label upstream puts on its egress sidecar, so upstream tooling finds it.
 const LabelEgressFor = "opensandbox.io/egress-sidecar-for"
 
+// LabelEgressInstance marks the helpers of one sandboxd instance. Helpers
+// do not carry LabelInstance: they are not sandboxes.
+const LabelEgressInstance = "opensandbox.io/sandboxd-egress-instance"
+
 func egressName(id string) string { return containerName(id) + "-egress" }
 
 // egressLinks are the live control sessions to the egress daemons, by
@@ -139,7 +143,7 @@ func (m *Manager) startEgress(ctx context.Context, p *createPlan) error {
 	er, _ := m.egressRuntime()
 	hid, err := er.CreateEgressHelper(ctx, runtime.Spec{
 		Name: egressName(p.rec.ID), Image: p.spec.Image, Platform: p.spec.Platform,
-		Labels:      map[string]string{LabelEgressFor: p.rec.ID},
+		Labels:      map[string]string{LabelEgressFor: p.rec.ID, LabelEgressInstance: m.instance},
 		NetworkMode: p.spec.NetworkMode,
 	})
 	if err != nil {
@@ -250,11 +254,26 @@ func (m *Manager) watchEgress(id string, link *egressLink, sess runtime.Session)
 }
 
 // restoreEgress starts the daemons of policed sandboxes after a start of
-// sandboxd: their sessions ended with the previous process.
+// sandboxd (their sessions ended with the previous process) and removes
+// helpers whose sandbox is gone.
 func (m *Manager) restoreEgress(ctx context.Context) {
 	recs, err := m.store.Sandboxes()
 	if err != nil {
 		return
+	}
+	helpers, err := m.rt.List(ctx, map[string]string{LabelEgressInstance: m.instance})
+	if err != nil {
+		m.log.Warn("list egress helpers", "err", err)
+	}
+	for _, h := range helpers {
+		id := h.Labels[LabelEgressFor]
+		if slices.ContainsFunc(recs, func(r *Record) bool { return r.ID == id && r.State == recordReady }) {
+			continue
+		}
+		m.log.Warn("removing egress helper of a gone sandbox", "sandbox_id", id, "container", h.ID)
+		if err := m.rt.Remove(ctx, h.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			m.log.Error("remove egress helper", "container", h.ID, "err", err)
+		}
 	}
 	for _, rec := range recs {
 		if rec.NetworkPolicy == nil || rec.State != recordReady {

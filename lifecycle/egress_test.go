@@ -169,7 +169,7 @@ func TestEgressLifecycle(t *testing.T) {
 	if slices.Contains(spec.CapAdd, "NET_RAW") || slices.Contains(spec.CapAdd, "cap_net_admin") {
 		t.Errorf("a policed sandbox keeps %v", spec.CapAdd)
 	}
-	if h := e.rt.Spec(t, rec.EgressHelper); h.Labels[LabelEgressFor] != sb.ID || h.Labels[LabelInstance] != "" {
+	if h := e.rt.Spec(t, rec.EgressHelper); h.Labels[LabelEgressFor] != sb.ID || h.Labels[LabelEgressInstance] != e.m.instance || h.Labels[LabelInstance] != "" {
 		t.Errorf("helper labels %v", h.Labels)
 	}
 	if !slices.Equal(rec.EgressUpstreams, []string{"192.0.2.53:53"}) {
