@@ -13,8 +13,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-
-	"github.com/hashicorp/yamux"
 )
 
 // Options configures Handler. The zero value works.
