@@ -201,6 +201,19 @@ func TestEgressPolicy(t *testing.T) {
 	if !reach(t, open, w.denied) {
 		t.Errorf("defaultAction allow: an address is unreachable")
 	}
+	// A denied name is refused on an address that is open: the Host of
+	// port 80 (and the SNI of 443) is read before connecting.
+	s.doJSON(t, http.MethodPatch, egressPath(open.ID, "/policy"), []map[string]string{{"action": "deny", "target": w.deniedName}}, http.StatusOK, nil)
+	askFor := func(name string) bool {
+		out, _ := open.secShell(t, `printf 'GET / HTTP/1.0\r\nHost: `+name+`\r\n\r\n' | nc -w 5 `+w.denied+` 80 2>&1`)
+		return strings.Contains(out, "hello from")
+	}
+	if !askFor("other.test") {
+		t.Errorf("defaultAction allow: a request for an unlisted name is refused")
+	}
+	if askFor(w.deniedName) {
+		t.Errorf("a request for the denied name got through on an open address")
+	}
 
 	var got struct {
 		Status, Mode, EnforcementMode string

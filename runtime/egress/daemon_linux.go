@@ -145,6 +145,14 @@ func serve(ctx context.Context, upstreams []netip.AddrPort, log *slog.Logger) er
 		learned: map[netip.Addr]learned{},
 	}
 	d.client = &dns.Client{Timeout: 5 * time.Second, Dialer: &net.Dialer{Control: markSocket}}
+	// The peeking proxies listen before the redirect to them exists.
+	for port, tls := range map[int]bool{httpProxyPort: false, tlsProxyPort: true} {
+		ln, err := d.listenPeek(port, tls)
+		if err != nil {
+			return fmt.Errorf("egress: proxy on port %d: %w", port, err)
+		}
+		defer ln.Close()
+	}
 	// Deny everything until sandboxd sends the policy.
 	if err := d.setPolicy(d.policy); err != nil {
 		return err
@@ -178,13 +186,15 @@ func serve(ctx context.Context, upstreams []netip.AddrPort, log *slog.Logger) er
 }
 
 // GuardedPrefixes are closed under any policy unless an IP rule opens them:
-// loopback-of-host, link-local (cloud metadata), private and shared ranges.
+// link-local (cloud metadata), private, shared and multicast ranges. (The
+// namespace's own loopback is the sandbox's; the host is its gateway,
+// guarded separately.)
 func GuardedPrefixes() []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range []string{
-		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+		"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16",
 		"172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
-		"::1/128", "::ffff:0:0/96", "fc00::/7", "fe80::/10", "ff00::/8",
+		"::ffff:0:0/96", "fc00::/7", "fe80::/10", "ff00::/8",
 	} {
 		out = append(out, netip.MustParsePrefix(s))
 	}
@@ -215,10 +225,12 @@ func gateways() []netip.Prefix {
 	return out
 }
 
-func markSocket(_, _ string, c syscall.RawConn) error {
+func markSocket(_, _ string, c syscall.RawConn) error { return setMark(c, Mark) }
+
+func setMark(c syscall.RawConn, mark int) error {
 	var serr error
 	err := c.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, Mark)
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, mark)
 	})
 	if err != nil {
 		return err

@@ -93,6 +93,11 @@ func (f *firewall) apply(rs ruleset) error {
 		}
 	}
 	add(accept, &expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")})
+	// Loopback by address too: a packet redirected to the peeking proxy
+	// still shows its first output interface here.
+	for _, lo := range []string{"127.0.0.0/8", "::1/128"} {
+		add(accept, daddr(netip.MustParsePrefix(lo))...)
+	}
 	// DNS goes to the daemon on loopback only; DoT nowhere.
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 		for _, port := range []uint16{53, 853} {
@@ -119,6 +124,25 @@ func (f *firewall) apply(rs ruleset) error {
 		&expr.Lookup{SourceRegister: 1, SetName: dyn6.Name, SetID: dyn6.ID})...)
 	if rs.policy.DefaultAction == Allow {
 		add(accept)
+	}
+	// New TCP to 80 and 443 goes to the peeking proxy first (IPv4 only:
+	// the original destination is read as a sockaddr_in).
+	nat := c.AddChain(&nftables.Chain{
+		Name: "redirect", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest,
+	})
+	for port, to := range map[uint16]uint16{80: httpProxyPort, 443: tlsProxyPort} {
+		match := append(family(unix.NFPROTO_IPV4),
+			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname("lo")},
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(Mark)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(ProxyMark)},
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+			&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(to)},
+			&expr.Redir{RegisterProtoMin: 1},
+		)
+		c.AddRule(&nftables.Rule{Table: t, Chain: nat, Exprs: match})
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("apply nftables: %w", err)

@@ -132,6 +132,24 @@ func (p Policy) AllowsName(name string) bool {
 	return p.DefaultAction == Allow
 }
 
+// AllowsConnection decides a connection to dst that asks for name (TLS SNI
+// or HTTP Host): a domain rule decides as for DNS; with none matching, an
+// IP rule allowing dst lets it through, else the default decides.
+func (p Policy) AllowsConnection(name string, dst netip.Addr) bool {
+	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	for _, r := range p.Egress {
+		if matchDomain(r.Target, name) {
+			return r.Action == Allow
+		}
+	}
+	for _, pf := range p.Prefixes(Allow) {
+		if pf.Contains(dst) {
+			return true
+		}
+	}
+	return p.DefaultAction == Allow
+}
+
 func matchDomain(target, name string) bool {
 	if suffix, ok := strings.CutPrefix(target, "*."); ok {
 		return strings.HasSuffix(name, "."+suffix)

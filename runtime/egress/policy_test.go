@@ -114,3 +114,25 @@ func TestMode(t *testing.T) {
 		}
 	}
 }
+
+func TestAllowsConnection(t *testing.T) {
+	ip := netip.MustParseAddr
+	p := Policy{DefaultAction: Deny, Egress: []Rule{{Deny, "bad.com"}, {Allow, "good.com"}, {Allow, "198.18.0.0/16"}}}
+	for _, c := range []struct {
+		name string
+		dst  netip.Addr
+		want bool
+	}{
+		{"good.com", ip("203.0.113.1"), true},
+		{"bad.com", ip("198.18.0.5"), false}, // a deny rule beats an allowed address
+		{"other.com", ip("198.18.0.5"), true},
+		{"other.com", ip("203.0.113.1"), false},
+	} {
+		if got := p.AllowsConnection(c.name, c.dst); got != c.want {
+			t.Errorf("AllowsConnection(%q, %v) = %v, want %v", c.name, c.dst, got, c.want)
+		}
+	}
+	if !(Policy{DefaultAction: Allow, Egress: []Rule{{Deny, "bad.com"}}}).AllowsConnection("x.com", ip("203.0.113.1")) {
+		t.Error("defaultAction allow refuses an unmatched name")
+	}
+}
