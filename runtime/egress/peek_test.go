@@ -44,9 +44,9 @@ func TestPeekSNI(t *testing.T) {
 func TestPeekHost(t *testing.T) {
 	for req, want := range map[string]string{
 		"GET / HTTP/1.1\r\nUser-Agent: x\r\nhost: denied.test:8080\r\n\r\n": "denied.test",
-		"GET / HTTP/1.1\r\nHost: [2001:db8::1]:80\r\n\r\n":                   "2001:db8::1",
-		"GET / HTTP/1.0\r\n\r\n":                                             "",
-		"GET / HTTP/1.1\r\nHost: a.test":                                     "", // the head never ends
+		"GET / HTTP/1.1\r\nHost: [2001:db8::1]:80\r\n\r\n":                  "2001:db8::1",
+		"GET / HTTP/1.0\r\n\r\n":                                            "",
+		"GET / HTTP/1.1\r\nHost: a.test":                                    "", // the head never ends
 	} {
 		head, name := peekName(strings.NewReader(req), false)
 		if name != want || string(head) != req {
