@@ -72,8 +72,9 @@ func worldNetwork(t *testing.T, next func() string) string {
 	return name
 }
 
-// worldServers runs an egressworld server at each ip of net.
-func worldServers(t *testing.T, net, zone string, ips ...string) {
+// worldServers runs an egressworld server at each ip of net and returns
+// their container names (which Docker's resolver answers on net).
+func worldServers(t *testing.T, net, zone string, ips ...string) []string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "egressworld")
 	build := exec.Command("go", "build", "-o", bin, "./e2e/egressworld")
@@ -84,12 +85,15 @@ func worldServers(t *testing.T, net, zone string, ips ...string) {
 	}
 	c := dockerClient(t)
 	ctx := context.Background()
+	var names []string
 	for _, ip := range ips {
+		name := "sandboxd-e2e-egressworld-" + randomHex(t, 4)
+		names = append(names, name)
 		resp, err := c.ContainerCreate(ctx, &container.Config{
 			Image: imageBusybox, Entrypoint: []string{"/egressworld", "-zone", zone, "-tag", ip},
 		}, &container.HostConfig{Binds: []string{bin + ":/egressworld:ro"}}, &network.NetworkingConfig{
 			EndpointsConfig: map[string]*network.EndpointSettings{net: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: ip}}},
-		}, nil, "")
+		}, nil, name)
 		if err != nil {
 			t.Fatalf("create world server %s: %v", ip, err)
 		}
@@ -100,6 +104,7 @@ func worldServers(t *testing.T, net, zone string, ips ...string) {
 			t.Fatalf("start world server %s: %v", ip, err)
 		}
 	}
+	return names
 }
 
 // reach reports whether the sandbox gets the HTTP answer of host's server.
@@ -286,11 +291,12 @@ func TestEgressPolicy(t *testing.T) {
 // TestEgressMetadataBlocked: the cloud metadata address stays closed even
 // under defaultAction allow. The test network is 169.254.169.0/24 itself,
 // with a server at 169.254.169.254, as the bridge driver cannot route a
-// second subnet.
+// second subnet. Without [egress] dns_upstream the daemon forwards to
+// Docker's embedded resolver, which the sandbox cannot use directly.
 func TestEgressMetadataBlocked(t *testing.T) {
 	const md = "169.254.169.254"
 	net := worldNetwork(t, func() string { return "169.254.169.0/24" })
-	worldServers(t, net, "", md)
+	server := worldServers(t, net, "", md)[0]
 	s := startServer(t, withTOML(fmt.Sprintf("[docker]\nnetwork_mode = %q\n", net)))
 	removeInstanceHelpersAtEnd(t, s)
 	control := newExecdBox(t, s, busyboxRequest())
@@ -300,6 +306,15 @@ func TestEgressMetadataBlocked(t *testing.T) {
 	open := policedBox(t, s, map[string]any{"defaultAction": "allow"})
 	if reach(t, open, md) {
 		t.Errorf("defaultAction allow: the metadata address is reachable")
+	}
+	if out := lookup(t, control, server, "127.0.0.11"); !strings.Contains(out, md) {
+		t.Fatalf("control: Docker's resolver does not answer: %s", out)
+	}
+	if out := lookup(t, open, server, ""); !strings.Contains(out, md) {
+		t.Errorf("the daemon does not forward to Docker's resolver: %s", out)
+	}
+	if out := lookup(t, open, server, "127.0.0.11"); strings.Contains(out, md) {
+		t.Errorf("the sandbox uses Docker's resolver directly: %s", out)
 	}
 	// An IP rule opens it: the guard is a default, not a wall.
 	s.doJSON(t, http.MethodPatch, egressPath(open.ID, "/policy"), []map[string]string{{"action": "allow", "target": md}}, http.StatusOK, nil)
