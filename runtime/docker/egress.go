@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/docker/docker/api/types/container"
 
@@ -40,28 +39,23 @@ func (d *Docker) CreateEgressHelper(ctx context.Context, spec runtime.Spec) (str
 // StartEgress implements runtime.Egress: like the agent, the daemon speaks
 // yamux on its exec stream, so no port is ever opened for it.
 func (d *Docker) StartEgress(ctx context.Context, helperID string, args []string) (runtime.Session, error) {
+	return d.execClient(ctx, helperID, "egress daemon", append([]string{agentPath, "egress", "serve"}, args...), "0")
+}
+
+// execClient runs cmd in container id as user ("": the container's) and
+// dials the yamux session it serves on its stdin and stdout, as the agent's.
+func (d *Docker) execClient(ctx context.Context, id, what string, cmd []string, user string) (*agent.Client, error) {
 	cctx, cancel := d.call(ctx)
 	defer cancel()
-	exec, err := d.cli.ContainerExecCreate(cctx, helperID, container.ExecOptions{
-		Cmd:          append([]string{agentPath, "egress", "serve"}, args...),
-		User:         "0",
+	exec, err := d.cli.ContainerExecCreate(cctx, id, container.ExecOptions{
+		Cmd:          cmd,
+		User:         user,
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
 	})
 	if err != nil {
-		return nil, wrap(err, "start egress daemon in %s", helperID)
+		return nil, wrap(err, "start %s in %s", what, id)
 	}
-	// The hijacked connection outlives this request: dial without its context.
-	hr, err := d.cli.ContainerExecAttach(context.Background(), exec.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return nil, wrap(err, "attach egress daemon in %s", helperID)
-	}
-	conn := newExecConn(hr, d.agentLog(helperID))
-	client, err := agent.Dial(conn)
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("egress session in %s: %w", helperID, err)
-	}
-	return client, nil
+	return d.attachAgent(id, exec.ID)
 }
