@@ -175,6 +175,21 @@ type Egress struct {
 	// DNSUpstream are the resolvers (IP or IP:port) the egress daemon forwards allowed names
 	// to; empty = the resolvers Docker gives the helper container.
 	DNSUpstream []string `toml:"dns_upstream"`
+	// DefaultPolicy is the networkPolicy of every sandbox created without one; unset (no
+	// default_action) = none.
+	DefaultPolicy EgressPolicy `toml:"default_policy"`
+}
+
+// EgressPolicy is a networkPolicy written in TOML.
+type EgressPolicy struct {
+	DefaultAction string       `toml:"default_action"`
+	Egress        []EgressRule `toml:"egress"`
+}
+
+// EgressRule is one rule of an EgressPolicy.
+type EgressRule struct {
+	Action string `toml:"action"`
+	Target string `toml:"target"`
 }
 
 // Duration is a time.Duration written in TOML as integer seconds or as a Go duration

@@ -161,6 +161,7 @@ dir = "/var/lib/sandboxd"
 
 [egress]
 dns_upstream = ["192.0.2.53", "192.0.2.54:5353"]
+default_policy = { default_action = "deny", egress = [{ action = "allow", target = "pypi.org" }] }
 
 [[pool]]
 name = "py"
@@ -224,7 +225,10 @@ func TestLoadEveryKey(t *testing.T) {
 			InstanceID:     "node-a",
 		},
 		Store:  Store{Dir: "/var/lib/sandboxd"},
-		Egress: Egress{DNSUpstream: []string{"192.0.2.53", "192.0.2.54:5353"}},
+		Egress: Egress{
+			DNSUpstream:   []string{"192.0.2.53", "192.0.2.54:5353"},
+			DefaultPolicy: EgressPolicy{DefaultAction: "deny", Egress: []EgressRule{{Action: "allow", Target: "pypi.org"}}},
+		},
 		Pools: []Pool{
 			{
 				Name:           "py",

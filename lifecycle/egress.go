@@ -101,6 +101,37 @@ func parsePolicy(np *NetworkPolicy) (*egress.Policy, error) {
 	return &n, nil
 }
 
+// initEgress checks [egress] default_policy.
+func (m *Manager) initEgress() error {
+	dp := m.cfg.Egress.DefaultPolicy
+	if dp.DefaultAction == "" && len(dp.Egress) == 0 {
+		return nil
+	}
+	p := egress.Policy{DefaultAction: dp.DefaultAction}
+	for _, r := range dp.Egress {
+		p.Egress = append(p.Egress, egress.Rule{Action: r.Action, Target: r.Target})
+	}
+	n, err := egress.Normalize(p)
+	if err != nil {
+		return fmt.Errorf("config [egress] default_policy: %w", err)
+	}
+	if _, ok := m.egressRuntime(); !ok && (n.DefaultAction != egress.Deny || len(n.Egress) > 0) {
+		return errors.New("config [egress] default_policy: this runtime enforces only deny-all")
+	}
+	m.defaultPolicy = &n
+	return nil
+}
+
+// requestPolicy is a create request's policy, else the configured default.
+func (m *Manager) requestPolicy(np *NetworkPolicy) (*egress.Policy, error) {
+	if np == nil && m.defaultPolicy != nil {
+		p := *m.defaultPolicy
+		p.Egress = slices.Clone(p.Egress)
+		return &p, nil
+	}
+	return parsePolicy(np)
+}
+
 // egressRuntime returns the runtime's egress support, if it has any.
 func (m *Manager) egressRuntime() (runtime.Egress, bool) {
 	er, ok := m.rt.(runtime.Egress)

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -222,5 +223,56 @@ func TestEgressLifecycle(t *testing.T) {
 	}
 	if left, _ := e.rt.List(context.Background(), map[string]string{LabelEgressFor: ""}); len(left) != 0 {
 		t.Errorf("%d helpers left after a failed create", len(left))
+	}
+}
+
+func TestEgressDefaultPolicy(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Egress.DefaultPolicy = config.EgressPolicy{DefaultAction: "deny", Egress: []config.EgressRule{{Action: "allow", Target: "PyPI.org"}}}
+	store, err := OpenStore(cfg.Store.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	f := &egressFake{Runtime: runtimetest.New(time.Now)}
+	m, err := New(cfg, f, store, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := m.Create(context.Background(), validRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := store.Sandbox(sb.ID); rec.NetworkPolicy == nil || rec.NetworkPolicy.Egress[0].Target != "pypi.org" {
+		t.Errorf("a create without networkPolicy got %+v, want the default", rec.NetworkPolicy)
+	}
+	req := validRequest()
+	req.NetworkPolicy = &NetworkPolicy{DefaultAction: "allow"}
+	sb, err = m.Create(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := store.Sandbox(sb.ID); rec.NetworkPolicy.DefaultAction != egress.Allow || len(rec.NetworkPolicy.Egress) != 0 {
+		t.Errorf("the request's own policy was replaced: %+v", rec.NetworkPolicy)
+	}
+
+	for _, c := range []struct {
+		rt runtime.Runtime
+		dp config.EgressPolicy
+	}{
+		{f, config.EgressPolicy{DefaultAction: "block"}},
+		{f, config.EgressPolicy{Egress: []config.EgressRule{{Action: "allow", Target: "a b"}}}},
+		{runtimetest.New(time.Now), config.EgressPolicy{DefaultAction: "allow"}},
+	} {
+		cfg := testConfig(t)
+		cfg.Egress.DefaultPolicy = c.dp
+		store, err := OpenStore(cfg.Store.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(cfg, c.rt, store, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "default_policy") {
+			t.Errorf("default_policy %+v: %v, want a start-up error", c.dp, err)
+		}
+		store.Close()
 	}
 }

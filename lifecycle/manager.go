@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
 // Labels sandboxd puts on every sandbox container. The opensandbox.io/ ones
@@ -63,7 +64,8 @@ type Manager struct {
 	pools *pools
 	life  life
 
-	egress egressLinks
+	egress        egressLinks
+	defaultPolicy *egress.Policy // [egress] default_policy
 
 	mu       sync.Mutex
 	activity map[string]time.Time // last activity by sandbox id, not yet persisted
@@ -104,6 +106,9 @@ func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) 
 		cfg: cfg, rt: rt, store: store, log: slog.New(requestIDHandler{log.Handler()}), instance: instance, tokenKey: key,
 		now: time.Now, activity: map[string]time.Time{}, metrics: newMetrics(),
 		life: life{phase: PhaseStarting, retry: reconcileRetry},
+	}
+	if err := m.initEgress(); err != nil {
+		return nil, err
 	}
 	if err := m.initPools(); err != nil {
 		return nil, err
@@ -290,7 +295,7 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if l := strings.TrimSpace(string(req.Lifecycle)); l != "" && l != "null" {
 		return nil, errf(KindInvalid, CodeInvalidParameter, "lifecycle hooks (preStart, periodic) are not supported when runtime.type='docker'")
 	}
-	policy, err := parsePolicy(req.NetworkPolicy)
+	policy, err := m.requestPolicy(req.NetworkPolicy)
 	if err != nil {
 		return nil, err
 	}
