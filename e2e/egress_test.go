@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -194,6 +195,12 @@ func TestEgressPolicy(t *testing.T) {
 	if out := lookup(t, pol, w.deniedName, ""); !strings.Contains(out, "NXDOMAIN") {
 		t.Errorf("denied name is not NXDOMAIN: %s", out)
 	}
+	waitUntil(t, secWait, "the denied lookup in sandboxd's log, with the sandbox id", func() bool {
+		log, _ := os.ReadFile(s.LogPath)
+		return slices.ContainsFunc(strings.Split(string(log), "\n"), func(l string) bool {
+			return strings.Contains(l, "denied lookup") && strings.Contains(l, pol.ID) && strings.Contains(l, w.deniedName)
+		})
+	})
 	if reach(t, pol, w.denied) {
 		t.Errorf("the denied name's address is reachable by IP")
 	}

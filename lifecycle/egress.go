@@ -236,13 +236,13 @@ func (m *Manager) egressSession(ctx context.Context, rec *Record, link *egressLi
 	if !ok {
 		return nil, errors.New("the runtime has no egress support")
 	}
-	var args []string
+	args := []string{"--sandbox", rec.ID}
 	ups := rec.EgressUpstreams
 	if len(m.cfg.Egress.DNSUpstream) > 0 {
 		ups = m.cfg.Egress.DNSUpstream
 	}
 	if len(ups) > 0 {
-		args = []string{"--upstream", strings.Join(ups, ",")}
+		args = append(args, "--upstream", strings.Join(ups, ","))
 	}
 	sess, err := er.StartEgress(ctx, rec.EgressHelper, args)
 	if err != nil {

@@ -58,9 +58,11 @@ func Main(ctx context.Context, args []string, log *slog.Logger) error {
 	case "serve":
 		fs := flag.NewFlagSet("egress serve", flag.ContinueOnError)
 		up := fs.String("upstream", "", "comma-separated upstream resolvers (ip:port); default: "+ResolvConf)
+		sandbox := fs.String("sandbox", "", "id of the sandbox, for the log")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
+		log = log.With("sandbox_id", *sandbox)
 		ups, err := parseUpstreams(*up)
 		if err != nil {
 			return err
@@ -275,7 +277,8 @@ func (d *daemon) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 	allowed := d.policy.AllowsName(name)
 	d.mu.Unlock()
 	if !allowed {
-		d.log.Info("egress: denied lookup", "name", name)
+		// sandboxd rate-limits the lines it logs from this stderr.
+		d.log.Warn("egress: denied lookup", "name", name)
 		m := new(dns.Msg)
 		m.SetRcode(q, dns.RcodeNameError)
 		_ = w.WriteMsg(m)

@@ -72,7 +72,7 @@ func (d *daemon) relay(c *net.TCPConn, tls bool) {
 		allowed := d.policy.AllowsConnection(name, dst.Addr())
 		d.mu.Unlock()
 		if !allowed {
-			d.log.Info("egress: denied connection", "name", name, "dst", dst)
+			d.log.Warn("egress: denied connection", "name", name, "dst", dst)
 			return
 		}
 	}
