@@ -224,7 +224,7 @@ func TestLoadEveryKey(t *testing.T) {
 			ReaperInterval: Duration{2 * time.Second},
 			InstanceID:     "node-a",
 		},
-		Store:  Store{Dir: "/var/lib/sandboxd"},
+		Store: Store{Dir: "/var/lib/sandboxd"},
 		Egress: Egress{
 			DNSUpstream:   []string{"192.0.2.53", "192.0.2.54:5353"},
 			DefaultPolicy: EgressPolicy{DefaultAction: "deny", Egress: []EgressRule{{Action: "allow", Target: "pypi.org"}}},
