@@ -155,6 +155,11 @@ func (m *Manager) planEgress(p *createPlan, pol *egress.Policy) error {
 		// Nothing to police: no network at all is stricter than any policy.
 		return nil
 	}
+	if rt := p.spec.OCIRuntime; rt != "" && rt != "runc" {
+		// gVisor and VM runtimes send the sandbox's packets past the
+		// namespace's netfilter hooks: the firewall would see nothing.
+		return errf(KindInvalid, CodeInvalidParameter, "networkPolicy is not supported with [docker] runtime = %q: its network stack bypasses the egress firewall", rt)
+	}
 	p.rec.NetworkPolicy = pol
 	// Capabilities that would let the sandbox rewrite or sidestep the
 	// firewall it shares with the helper (NET_RAW can set socket marks).

@@ -216,6 +216,12 @@ func TestEgressLifecycle(t *testing.T) {
 		t.Error("the helper survived the delete")
 	}
 
+	// A runtime whose network stack bypasses netfilter cannot be policed.
+	e.m.cfg.Docker.OCIRuntime = "runsc"
+	_, err := e.m.Create(context.Background(), req)
+	wantCode(t, err, KindInvalid, CodeInvalidParameter)
+	e.m.cfg.Docker.OCIRuntime = ""
+
 	// A policy the daemon cannot apply fails the create and leaves nothing.
 	f.fail = true
 	if _, err := e.m.Create(context.Background(), req); err == nil {

@@ -22,7 +22,8 @@ func (d *Docker) CreateEgressHelper(ctx context.Context, spec runtime.Spec) (str
 	spec.CapDrop = []string{"ALL"}
 	spec.CapAdd = []string{"NET_ADMIN", "NET_BIND_SERVICE"}
 	spec.SecurityOpt = []string{"no-new-privileges:true"}
-	spec.PidsLimit = 64
+	// Go needs threads for blocking syscalls; 256 is ample for the daemon.
+	spec.PidsLimit = 256
 	spec.MemoryBytes = 128 << 20
 	spec.Mounts = nil
 	id, err := d.Create(ctx, spec)
