@@ -342,6 +342,8 @@ func (d *daemon) learn(name string, resp *dns.Msg) {
 // routes is the control API sandboxd reaches over the exec stream.
 func (d *daemon) routes() http.Handler {
 	mux := http.NewServeMux()
+	// /ping is how sandboxd's exec transport knows the session is up.
+	mux.HandleFunc("GET /ping", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("PUT /policy", func(w http.ResponseWriter, r *http.Request) {
 		var p Policy
