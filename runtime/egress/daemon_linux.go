@@ -330,7 +330,13 @@ func (d *daemon) learn(name string, resp *dns.Msg) {
 		}
 		a = a.Unmap()
 		ttl := min(max(time.Duration(rr.Header().Ttl)*time.Second+learnSlack, learnMin), learnMax)
-		_, present := d.learned[a]
+		old, present := d.learned[a]
+		if present && time.Until(old.expires) > ttl/2 {
+			// Still open for a good while: a netlink commit costs
+			// milliseconds, a repeated lookup should not.
+			d.learned[a] = learned{name: strings.ToLower(name), expires: old.expires}
+			continue
+		}
 		if err := d.fw.learn(a, ttl, present); err != nil {
 			d.log.Error("egress: open learned address", "addr", a, "err", err)
 			continue
