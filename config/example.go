@@ -180,6 +180,13 @@ reaper_interval = "5s"
 # Directory holding sandboxd's state.
 dir = "~/.sandboxd"
 
+[egress]
+# Resolvers (IP or IP:port) that a policed sandbox's allowed names are forwarded to. Empty:
+# the resolvers Docker gives the sandbox's egress helper.
+# dns_upstream = ["192.0.2.53"]
+# networkPolicy of every sandbox created without one. Unset: none (unrestricted egress).
+# default_policy = { default_action = "deny", egress = [{ action = "allow", target = "pypi.org" }] }
+
 # Pools keep sandboxes created and ready, so that creating one from the same image is
 # instant. One [[pool]] table per pool:
 # [[pool]]
