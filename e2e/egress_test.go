@@ -333,7 +333,9 @@ func TestEgressMetadataBlocked(t *testing.T) {
 // TestEgressPolicyValidation: networkPolicy on create is checked with
 // upstream's codes, and the egress API answers upstream's bodies.
 func TestEgressPolicyValidation(t *testing.T) {
-	s := startServer(t)
+	// Even when the config grants them, a policed sandbox gets neither
+	// NET_ADMIN nor NET_RAW (which could set the daemon's socket marks).
+	s := startServer(t, withTOML("[docker]\nadd_capabilities = [\"NET_ADMIN\", \"NET_RAW\"]\n"))
 	removeInstanceHelpersAtEnd(t, s)
 	for _, c := range []struct {
 		policy     string
@@ -383,6 +385,21 @@ func TestEgressPolicyValidation(t *testing.T) {
 		if status != c.wantStatus || !strings.Contains(string(body), c.want) {
 			t.Errorf("%s /policy %s: %d %q, want %d %q", c.method, c.body, status, body, c.wantStatus, c.want)
 		}
+	}
+	capEff := func(box *execdBox) uint64 {
+		out, _ := box.secShell(t, "grep CapEff /proc/self/status")
+		v, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(out, "CapEff:")), 16, 64)
+		if err != nil {
+			t.Fatalf("CapEff %q: %v", out, err)
+		}
+		return v
+	}
+	const netAdminRaw = 1<<12 | 1<<13
+	if c := capEff(newExecdBox(t, s, busyboxRequest())); c&netAdminRaw != netAdminRaw {
+		t.Fatalf("control: an unpoliced sandbox lacks the configured NET_ADMIN and NET_RAW (CapEff %x)", c)
+	}
+	if c := capEff(b); c&netAdminRaw != 0 {
+		t.Errorf("a policed sandbox has NET_ADMIN or NET_RAW (CapEff %x)", c)
 	}
 	// The sandbox's own token opens the egress API, as every proxied call.
 	status, _, _ := s.do(t, http.MethodGet, p, nil, map[string]string{apiKeyHeader: "", execdTokenHeader: b.Headers[execdTokenHeader]})

@@ -163,10 +163,13 @@ func (m *Manager) planEgress(p *createPlan, pol *egress.Policy) error {
 	p.rec.NetworkPolicy = pol
 	// Capabilities that would let the sandbox rewrite or sidestep the
 	// firewall it shares with the helper (NET_RAW can set socket marks).
+	// Dropped explicitly too: Docker's default set, which a config without
+	// drop_capabilities keeps, has NET_RAW.
 	p.spec.CapAdd = slices.DeleteFunc(slices.Clone(p.spec.CapAdd), func(c string) bool {
 		c = strings.TrimPrefix(strings.ToUpper(c), "CAP_")
 		return c == "NET_ADMIN" || c == "NET_RAW" || c == "ALL"
 	})
+	p.spec.CapDrop = append(slices.Clone(p.spec.CapDrop), "NET_ADMIN", "NET_RAW")
 	return nil
 }
 

@@ -167,8 +167,9 @@ func TestEgressLifecycle(t *testing.T) {
 	if rec.EgressHelper == "" || spec.NetworkMode != "container:"+rec.EgressHelper {
 		t.Fatalf("sandbox network %q, helper %q", spec.NetworkMode, rec.EgressHelper)
 	}
-	if slices.Contains(spec.CapAdd, "NET_RAW") || slices.Contains(spec.CapAdd, "cap_net_admin") {
-		t.Errorf("a policed sandbox keeps %v", spec.CapAdd)
+	if slices.Contains(spec.CapAdd, "NET_RAW") || slices.Contains(spec.CapAdd, "cap_net_admin") ||
+		!slices.Contains(spec.CapDrop, "NET_RAW") || !slices.Contains(spec.CapDrop, "NET_ADMIN") {
+		t.Errorf("a policed sandbox keeps %v (drops %v)", spec.CapAdd, spec.CapDrop)
 	}
 	if h := e.rt.Spec(t, rec.EgressHelper); h.Labels[LabelEgressFor] != sb.ID || h.Labels[LabelEgressInstance] != e.m.instance || h.Labels[LabelInstance] != "" {
 		t.Errorf("helper labels %v", h.Labels)
