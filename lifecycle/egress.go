@@ -314,13 +314,22 @@ func (m *Manager) restoreEgress(ctx context.Context) {
 			m.log.Error("remove egress helper", "container", h.ID, "err", err)
 		}
 	}
+	// A few at a time, in the background: until its daemon is back, a
+	// sandbox only lacks name resolution, and start-up need not wait.
+	sem := make(chan struct{}, 8)
 	for _, rec := range recs {
 		if rec.NetworkPolicy == nil || rec.State != recordReady {
 			continue
 		}
-		if _, err := m.pushPolicy(ctx, rec, *rec.NetworkPolicy); err != nil {
-			m.log.Warn("re-apply egress policy", "sandbox_id", rec.ID, "err", err)
-		}
+		go func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if _, err := m.pushPolicy(ctx, rec, *rec.NetworkPolicy); err != nil {
+				m.log.Warn("re-apply egress policy", "sandbox_id", rec.ID, "err", err)
+			}
+		}()
 	}
 }
 
