@@ -246,6 +246,9 @@ func TestEgressDefaultPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := m.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	sb, err := m.Create(context.Background(), validRequest())
 	if err != nil {
 		t.Fatal(err)
