@@ -33,6 +33,9 @@ type ptyStatusBody struct {
 type wsClient struct {
 	t    *testing.T
 	conn *websocket.Conn
+	// out holds output read but not yet matched by until, per channel: one
+	// frame may carry the text of two successive until calls.
+	out map[byte]*bytes.Buffer
 }
 
 func (a *testAgent) dialPTY(t *testing.T, id, query string) (*wsClient, *http.Response, error) {
@@ -45,7 +48,7 @@ func (a *testAgent) dialPTY(t *testing.T, id, query string) (*wsClient, *http.Re
 	t.Cleanup(func() { conn.Close() })
 	// Guards the test against hanging; the agent is expected to answer at once.
 	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-	return &wsClient{t, conn}, resp, nil
+	return &wsClient{t: t, conn: conn, out: map[byte]*bytes.Buffer{chanStdout: {}, chanStderr: {}}}, resp, nil
 }
 
 // frame reads the next message: binary frames as channel + data, text
@@ -69,20 +72,22 @@ func (c *wsClient) frame() (channel byte, data []byte, text *ptyFrame) {
 	return b[0], b[1:], nil
 }
 
-// until reads output until each channel in want has shown its text.
+// until reads output until each channel in want has shown its text, and
+// consumes that channel's output up to the end of the text.
 func (c *wsClient) until(want map[byte]string) {
 	c.t.Helper()
-	out := map[byte]*bytes.Buffer{chanStdout: {}, chanStderr: {}}
 	for ch, text := range want {
-		for !strings.Contains(out[ch].String(), text) {
+		for !strings.Contains(c.out[ch].String(), text) {
 			channel, data, frame := c.frame()
 			if frame != nil {
 				c.t.Fatalf("got %+v while waiting for %q", *frame, want)
 			}
-			if b := out[channel]; b != nil {
+			if b := c.out[channel]; b != nil {
 				b.Write(data)
 			}
 		}
+		b := c.out[ch]
+		b.Next(strings.Index(b.String(), text) + len(text))
 	}
 }
 
