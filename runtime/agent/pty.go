@@ -491,11 +491,10 @@ func (s *server) ptyWebSocket(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	evict := func() {
-		if wmu.TryLock() { // a stalled writer must not delay the takeover
-			_ = conn.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-			_ = conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(wsCloseTakenOver, "TAKEN_OVER"))
-			wmu.Unlock()
-		}
+		// WriteControl needs no wmu: it waits only for the frame being
+		// written, and a stalled writer delays the takeover by its deadline
+		// at most.
+		_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(wsCloseTakenOver, "TAKEN_OVER"), time.Now().Add(200*time.Millisecond))
 		halt()
 	}
 	replay, offset, sink, done, isPTY := p.subscribe(since, evict)
