@@ -419,12 +419,19 @@ func TestBackgroundCommand(t *testing.T) {
 // While a background command runs, logs hold complete lines only.
 func TestBackgroundRunning(t *testing.T) {
 	a := newTestAgent(t)
-	res := a.run(t, "/command", map[string]any{"command": "echo a; printf b; sleep 300", "background": true})
+	// The marker tells that printf has run: interrupting before it would
+	// leave no partial line to check.
+	marker := filepath.Join(a.dir, "printed")
+	res := a.run(t, "/command", map[string]any{"command": "echo a; printf b; touch " + marker + "; sleep 300", "background": true})
 	id := res.events[0].Text
 	var body, next string
 	eventually(t, "first line in the log", func() bool {
 		body, next = a.logs(t, id, "0")
 		return body != ""
+	})
+	eventually(t, "the partial line to be printed", func() bool {
+		_, err := os.Stat(marker)
+		return err == nil
 	})
 	if body != "a\n" || next != "1" {
 		t.Fatalf("logs %q next %s, want %q next 1", body, next, "a\n")
