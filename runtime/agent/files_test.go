@@ -5,6 +5,7 @@ package agent
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -461,4 +462,46 @@ func TestOctalDigits(t *testing.T) {
 			t.Errorf("%d accepted", bad)
 		}
 	}
+}
+
+// TestUploadEarlyPartInMemoryBounded: a file part before its metadata,
+// with no temp file to spool it to, is held in memory only up to a bound,
+// and a larger one is refused without being read to its end.
+func TestUploadEarlyPartInMemoryBounded(t *testing.T) {
+	noTemp := filepath.Join(t.TempDir(), "missing") // CreateTemp fails here
+	for _, size := range []int{maxMemorySpool, 4 * maxMemorySpool} {
+		ct, form := uploadBody(t, []uploadPart{file("/f", strings.Repeat("x", size)), meta("/f", 0)})
+		body := &countingReader{r: form}
+		r, err := http.NewRequest(http.MethodPost, "/files/upload", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("Content-Type", ct)
+		got := -1
+		err = ReadUpload(r, noTemp, func(_ UploadMeta, _ int, content io.Reader) error {
+			b, err := io.ReadAll(content)
+			got = len(b)
+			return err
+		})
+		var uerr *UploadError
+		switch {
+		case size <= maxMemorySpool && (err != nil || got != size):
+			t.Errorf("%d bytes: err %v, put got %d bytes", size, err, got)
+		case size > maxMemorySpool && (!errors.As(err, &uerr) || uerr.Status != http.StatusRequestEntityTooLarge || got != -1):
+			t.Errorf("%d bytes: err %v, put got %d bytes; want a 413 and no put", size, err, got)
+		case size > maxMemorySpool && body.n > 2*maxMemorySpool:
+			t.Errorf("%d bytes: %d bytes of the body read before refusing", size, body.n)
+		}
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += n
+	return n, err
 }

@@ -6,6 +6,7 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -101,7 +102,11 @@ func ReadUpload(r *http.Request, tempDir string, put func(meta UploadMeta, part 
 				continue
 			}
 			sp, err := spoolPart(tempDir, p)
-			if err != nil {
+			var uerr *UploadError
+			switch {
+			case errors.As(err, &uerr):
+				return uerr
+			case err != nil:
 				return &UploadError{http.StatusInternalServerError, codeRuntimeError, "error buffering file part: " + err.Error()}
 			}
 			spooled[i] = early{sp, part}
@@ -180,8 +185,12 @@ func copyFilled(dst io.Writer, src io.Reader) (int64, error) {
 	}
 }
 
+// maxMemorySpool bounds a file part held in memory because no temp file
+// can be made: the part's size is the client's choice.
+const maxMemorySpool = 8 << 20
+
 // spool holds a file part until its metadata arrives: in a temp file, or
-// in memory if no temp file can be made.
+// in memory (up to maxMemorySpool) if no temp file can be made.
 type spool struct {
 	file *os.File
 	mem  *bytes.Buffer
@@ -191,8 +200,12 @@ func spoolPart(tempDir string, part io.Reader) (*spool, error) {
 	f, err := os.CreateTemp(tempDir, "sandboxd-upload-*")
 	if err != nil {
 		var mem bytes.Buffer
-		if _, err := io.Copy(&mem, part); err != nil {
+		if _, err := io.Copy(&mem, io.LimitReader(part, maxMemorySpool+1)); err != nil {
 			return nil, err
+		}
+		if mem.Len() > maxMemorySpool {
+			return nil, &UploadError{http.StatusRequestEntityTooLarge, codeInvalidFile, fmt.Sprintf(
+				"a file part before its metadata is held until the metadata arrives, and no temp file can be made (%v): send the metadata part first, or keep such a part under %d bytes", err, maxMemorySpool)}
 		}
 		return &spool{mem: &mem}, nil
 	}
