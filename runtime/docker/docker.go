@@ -77,6 +77,8 @@ type Docker struct {
 
 	exitMu sync.Mutex
 	exited map[string]runtime.Container // last inspect of exited containers, for summary
+
+	removeRetryDelay time.Duration // tests shorten it
 }
 
 var _ runtime.Runtime = (*Docker)(nil)
@@ -109,6 +111,8 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		freezer:  newFreezer(),
 		gates:    gates{grace: transferGrace},
 		exited:   map[string]runtime.Container{},
+
+		removeRetryDelay: removeRetryDelay,
 	}
 	if d.agents, err = newAgentSet(opts.AgentBinaries, opts.EmbeddedAgents, opts.Logger); err != nil {
 		return nil, err
@@ -574,7 +578,7 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(removeRetryDelay):
+		case <-time.After(d.removeRetryDelay):
 		}
 	}
 }

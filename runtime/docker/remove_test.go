@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -57,6 +58,7 @@ func TestRemoveRetries(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
+			d.removeRetryDelay = time.Millisecond
 			err = d.Remove(context.Background(), "c1")
 			if (err != nil) != tt.wantErr || (tt.wantIs != nil && !errors.Is(err, tt.wantIs)) {
 				t.Errorf("Remove: %v, want error %v matching %v", err, tt.wantErr, tt.wantIs)
