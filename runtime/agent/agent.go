@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"time"
 )
 
 // Options configures Handler. The zero value works.
@@ -39,6 +40,8 @@ type server struct {
 	metrics  metricsSampler
 	// findShell locates the shell for commands; tests replace it.
 	findShell func() (shell, error)
+	// delays are the production waits, which tests shorten.
+	delays delays
 
 	proxyTransport *http.Transport
 }
@@ -55,7 +58,8 @@ func newServer(opts Options) *server {
 	if opts.TempDir == "" {
 		opts.TempDir = os.TempDir()
 	}
-	s := &server{opts: opts, log: opts.Logger, proxyTransport: newProxyTransport()}
+	s := &server{opts: opts, log: opts.Logger, proxyTransport: newProxyTransport(),
+		delays: delays{interruptGrace: interruptGrace, ping: pingInterval, jupyterAbsent: jupyterAbsentGrace}}
 	s.findShell = new(shellFinder).find
 	s.commands.init()
 	s.sessions.init()
@@ -63,6 +67,11 @@ func newServer(opts Options) *server {
 	s.code.init()
 	s.metrics.init("/")
 	return s
+}
+
+// delays holds the waits the server makes.
+type delays struct {
+	interruptGrace, ping, jupyterAbsent time.Duration
 }
 
 func (s *server) routes() http.Handler {

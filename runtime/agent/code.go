@@ -138,7 +138,7 @@ func (s *server) startKernel(ctx context.Context, language, cwd string) (kernel,
 	if j != nil {
 		// Once found absent, Jupyter gets no grace again: every context
 		// would wait for it.
-		grace := jupyterAbsentGrace
+		grace := s.delays.jupyterAbsent
 		if s.code.noJupyter.Load() {
 			grace = 0
 		}
@@ -343,7 +343,7 @@ func (s *server) runCode(w http.ResponseWriter, r *http.Request) {
 	es.text(evInit, c.id)
 	stopPing, pingDone := make(chan struct{}), make(chan struct{})
 	go func() {
-		es.pingUntil(stopPing)
+		es.pingUntil(stopPing, s.delays.ping)
 		close(pingDone)
 	}()
 	// Unlike upstream, a client that goes away interrupts its run: nobody

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // codeEvent is a decoded /code stream event.
@@ -449,6 +450,7 @@ func TestAnnouncedJupyterThatDoesNotRun(t *testing.T) {
 	// waiting for the start timeout.
 	t.Setenv("JUPYTER_HOST", "http://127.0.0.1:1")
 	a := newTestAgent(t)
+	a.delays.jupyterAbsent = 100 * time.Millisecond
 	if evs := a.runCode(t, a.newCodeContext(t), "'driver'"); string(evs[1].Results["text"]) != `"'driver'"` {
 		t.Fatalf("events %+v", evs)
 	}

@@ -223,7 +223,7 @@ func (s *server) runStreaming(ctx context.Context, es *eventStream, id string, s
 	}
 	stopPing, pingDone := make(chan struct{}), make(chan struct{})
 	go func() {
-		es.pingUntil(stopPing)
+		es.pingUntil(stopPing, s.delays.ping)
 		close(pingDone)
 	}()
 	stdout := &lineEvents{typ: evStdout, es: es}
@@ -420,7 +420,7 @@ func (s *server) interruptCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, codeRuntimeError, "nothing is running in session "+id)
 		return
 	}
-	if err := p.terminate(interruptGrace); err != nil {
+	if err := p.terminate(s.delays.interruptGrace); err != nil {
 		if errors.Is(err, errNotRunning) {
 			err = fmt.Errorf("command %s is not running", id)
 		}

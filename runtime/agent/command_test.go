@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestCommandOutput(t *testing.T) {
@@ -310,10 +311,8 @@ func TestInterruptKillsLateChildren(t *testing.T) {
 
 // A command that ignores SIGTERM gets SIGKILL after the grace period.
 func TestInterruptEscalates(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for the 3 s grace period")
-	}
 	a := newTestAgent(t)
+	a.delays.interruptGrace = 100 * time.Millisecond
 	id, stream, _ := a.startStream(t, context.Background(), "/command", map[string]any{"command": "trap '' TERM; echo $$; sleep 300 & wait"})
 	pidOf(t, stream)
 	if resp := a.do(t, http.MethodDelete, "/command?id="+id, nil); resp.StatusCode != http.StatusOK {
@@ -324,13 +323,13 @@ func TestInterruptEscalates(t *testing.T) {
 	}
 }
 
-// A long command carries a ping event every 3 s.
+// A long command carries a ping event every pingInterval.
 func TestCommandPing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for a ping")
-	}
 	a := newTestAgent(t)
-	_, stream, _ := a.startStream(t, context.Background(), "/command", map[string]any{"command": "sleep 3.2; echo done"})
+	a.delays.ping = 50 * time.Millisecond
+	// The command prints nothing until the test has seen the ping.
+	seen := filepath.Join(a.dir, "seen")
+	_, stream, _ := a.startStream(t, context.Background(), "/command", map[string]any{"command": "while [ ! -e " + seen + " ]; do sleep 0.01; done; echo done"})
 	line := "\n"
 	for line == "\n" { // the blank line after init
 		var err error
@@ -341,6 +340,9 @@ func TestCommandPing(t *testing.T) {
 	var ev event
 	if err := json.Unmarshal([]byte(line), &ev); err != nil || ev.Type != evPing || ev.Text != "pong" || ev.Timestamp == nil {
 		t.Fatalf("got %q, want a ping event", line)
+	}
+	if err := os.WriteFile(seen, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if ev := finalEvent(t, stream); ev.Type != evComplete {
 		t.Fatalf("got %+v, want execution_complete", ev)

@@ -96,9 +96,9 @@ func (s *eventStream) fail(evalue, traceback string) {
 	s.writeLast(appendTimestamp(b, time.Now().UnixMilli()))
 }
 
-// pingUntil sends a ping event every pingInterval until done is closed.
-func (s *eventStream) pingUntil(done <-chan struct{}) {
-	t := time.NewTicker(pingInterval)
+// pingUntil sends a ping event every interval until done is closed.
+func (s *eventStream) pingUntil(done <-chan struct{}, interval time.Duration) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
