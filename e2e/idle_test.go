@@ -9,11 +9,12 @@ import (
 	"time"
 )
 
-// Idle timeout and renew on access (docs/idle-timeout.md). Each test runs
-// its own server with a short [lifecycle] idle_timeout and in parallel, so
-// the waits overlap. Reaping is only checked one way: a sandbox seen gone
-// before its deadline (or before its work could have ended) fails the test;
-// how late after it the reaper comes is bounded by reapSlack only.
+// Idle timeout and renew on access (README "Expiry, idle timeout and
+// renewal"). Each test runs its own server with a short [lifecycle]
+// idle_timeout and in parallel, so the waits overlap. Reaping is only
+// checked one way: a sandbox seen gone before its deadline (or before its
+// work could have ended) fails the test; how late after it the reaper
+// comes is bounded by reapSlack only.
 
 // idleTimeout is the server's idle timeout in most tests here.
 const idleTimeout = 8 * time.Second

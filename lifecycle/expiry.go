@@ -13,10 +13,10 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
-// Expiry rules (docs/idle-timeout.md has the user's version). A sandbox
-// has at most one deadline, reported as expiresAt. Let X be its expiry
-// (createdAt+timeout, moved by renew-expiration; none for manual cleanup)
-// and A its last activity (creation counts).
+// Expiry rules (README "Expiry, idle timeout and renewal" has the user's
+// version). A sandbox has at most one deadline, reported as expiresAt.
+// Let X be its expiry (createdAt+timeout, moved by renew-expiration; none
+// for manual cleanup) and A its last activity (creation counts).
 //
 //   - With access.renew.extend.seconds = E (upstream's renew on access):
 //     deadline = max(X, A+E), or A+E without X. E is the sandbox's own
