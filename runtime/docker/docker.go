@@ -61,14 +61,14 @@ type Docker struct {
 	agents  *agentSet
 	opts    Options
 
-	logMu     sync.Mutex
+	logMu     ctxLock
 	logDriver string // the daemon's log driver, once known
 
 	mu       sync.Mutex
 	sessions map[string]*agentSession // by container id
 
 	mountDir   string
-	pinMu      sync.Mutex
+	pinMu      ctxLock
 	pinDecided bool
 	pinErr     error // why mounts cannot be pinned; nil if they can
 
@@ -113,6 +113,8 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		exited:   map[string]runtime.Container{},
 
 		removeRetryDelay: removeRetryDelay,
+		logMu:            newCtxLock(),
+		pinMu:            newCtxLock(),
 	}
 	if d.agents, err = newAgentSet(opts.AgentBinaries, opts.EmbeddedAgents, opts.Logger); err != nil {
 		return nil, err
@@ -358,8 +360,10 @@ func (d *Docker) logRotation(ctx context.Context) map[string]string {
 	if d.opts.LogMaxSize == "" {
 		return nil
 	}
-	d.logMu.Lock()
-	defer d.logMu.Unlock()
+	if d.logMu.lock(ctx) != nil {
+		return nil // the create fails on ctx too
+	}
+	defer d.logMu.unlock()
 	if d.logDriver == "" {
 		cctx, cancel := d.call(ctx)
 		defer cancel()
@@ -832,3 +836,22 @@ func (d *Docker) Close() error {
 	d.mu.Unlock()
 	return d.cli.Close()
 }
+
+// ctxLock is a mutex whose waiters give up when their context ends. It
+// guards what is learnt once from the engine, across the call that asks:
+// that call may take the whole API timeout, and a request waiting behind
+// it must still end with its own context.
+type ctxLock chan struct{}
+
+func newCtxLock() ctxLock { return make(ctxLock, 1) }
+
+func (l ctxLock) lock(ctx context.Context) error {
+	select {
+	case l <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l ctxLock) unlock() { <-l }

@@ -47,8 +47,10 @@ const subPathAPI = "1.45"
 // not. It is decided once; err is an engine that did not answer, which is
 // asked again next time.
 func (d *Docker) pinner(ctx context.Context) (whyNot, err error) {
-	d.pinMu.Lock()
-	defer d.pinMu.Unlock()
+	if err := d.pinMu.lock(ctx); err != nil {
+		return nil, wrap(err, "wait for docker info")
+	}
+	defer d.pinMu.unlock()
 	if d.pinDecided {
 		return d.pinErr, nil
 	}

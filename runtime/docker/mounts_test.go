@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
@@ -169,5 +170,47 @@ func TestPinnerDockerDesktop(t *testing.T) {
 				t.Fatalf("pinner = %v, %v; want a reason naming %q", whyNot, err, tt.wantWhy)
 			}
 		})
+	}
+}
+
+// A create waiting for another one's `docker info` (asked once, under a
+// lock) still ends with its own context, not when the engine answers.
+func TestPinnerWaiterKeepsItsContext(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "engine.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked, answer := make(chan struct{}), make(chan struct{})
+	engine := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("API-Version", "1.41")
+		if strings.HasSuffix(r.URL.Path, "/info") {
+			close(asked)
+			<-answer
+			io.WriteString(w, `{"OperatingSystem":"Docker Desktop"}`)
+		}
+	}))
+	engine.Listener = ln
+	engine.Start()
+	defer engine.Close()
+	defer close(answer)
+	d, err := New(context.Background(), Options{Host: "unix://" + sock, Logger: slog.New(slog.DiscardHandler), MountDir: filepath.Join(t.TempDir(), "pins")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	go d.pinner(context.Background()) // holds the lock until the engine answers
+	<-asked
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() { _, err := d.pinner(ctx); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("waiting pinner: %v, want its context's error", err)
+		}
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("a pinner with a cancelled context waited for another one's engine call")
 	}
 }
