@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -292,6 +293,9 @@ func serveLines(w http.ResponseWriter, r *http.Request, f io.Reader) {
 // writeLines writes the selected lines of src to w (limit 0: all), reading
 // a line at a time through a fixed buffer, so a long line costs no memory.
 func writeLines(w io.Writer, src io.Reader, offset, limit int64) error {
+	if limit > math.MaxInt64-offset {
+		limit = 0 // past any file's last line; offset+limit would overflow
+	}
 	br := bufio.NewReaderSize(src, 64<<10)
 	line := int64(1)
 	inLine := false // the current line continues past the buffer

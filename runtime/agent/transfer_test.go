@@ -152,6 +152,8 @@ func TestDownloadLines(t *testing.T) {
 		{"path=" + five + "&limit=2", "line1\nline2"},
 		{"path=" + five + "&offset=5&limit=9", "line5"},
 		{"path=" + five + "&offset=6", ""},
+		{"path=" + five + "&offset=4&limit=9223372036854775807", "line4\nline5"},
+		{"path=" + five + "&offset=9223372036854775807&limit=9", ""},
 		{"path=" + crlf + "&offset=1", "a\nb\nc\rd\n\n\re"},
 		{"path=" + crlf + "&offset=4&limit=1", ""},
 		{"path=" + longCR + "&limit=1", long},
