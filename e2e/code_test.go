@@ -113,7 +113,7 @@ func (c *codeClient) run(t *testing.T, ctx codeContext, code string) *execution 
 		e.add(t, sc.Bytes())
 	}
 	if e.Inits != 1 || e.ID == "" {
-		t.Fatalf("run %q: %d init events, id %q: %s", code, e.Inits, e.ID, tailOf(body))
+		t.Fatalf("run %q: %d init events, id %q: %s", code, e.Inits, e.ID, execdTail(body))
 	}
 	return e
 }
@@ -156,13 +156,6 @@ func (e *execution) add(t *testing.T, line []byte) {
 	case "execution_complete":
 		e.Complete++
 	}
-}
-
-func tailOf(b []byte) string {
-	if len(b) > 400 {
-		return string(b[len(b)-400:])
-	}
-	return string(b)
 }
 
 // wantEnd checks the end of a run: execution_complete and no error, or an
