@@ -79,6 +79,10 @@ type SnapshotRecord struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
+// storeLockTimeout is how long OpenStore waits for another process's lock
+// on the store; tests shorten it.
+var storeLockTimeout = 2 * time.Second
+
 // OpenStore opens (creating if needed) the store in dir. Only one process
 // may hold it: a second sandboxd on the same state directory fails fast.
 func OpenStore(dir string) (*Store, error) {
@@ -86,7 +90,7 @@ func OpenStore(dir string) (*Store, error) {
 		return nil, fmt.Errorf("create state dir %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, "state.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: storeLockTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("open store %s (is another sandboxd using this state dir?): %w", path, err)
 	}

@@ -144,6 +144,8 @@ func TestStoreExclusive(t *testing.T) {
 	dir := t.TempDir()
 	s := openTestStore(t, dir)
 	defer s.Close()
+	defer func(d time.Duration) { storeLockTimeout = d }(storeLockTimeout)
+	storeLockTimeout = 50 * time.Millisecond
 	second, err := OpenStore(dir) // waits for the lock's timeout, then fails
 	if err == nil {
 		second.Close()
