@@ -59,7 +59,8 @@ func newServer(opts Options) *server {
 		opts.TempDir = os.TempDir()
 	}
 	s := &server{opts: opts, log: opts.Logger, proxyTransport: newProxyTransport(),
-		delays: delays{interruptGrace: interruptGrace, ping: pingInterval, jupyterAbsent: jupyterAbsentGrace}}
+		delays: delays{interruptGrace: interruptGrace, ping: pingInterval, jupyterAbsent: jupyterAbsentGrace,
+			metricsWatch: metricsWatchInterval}}
 	s.findShell = new(shellFinder).find
 	s.commands.init()
 	s.sessions.init()
@@ -71,7 +72,7 @@ func newServer(opts Options) *server {
 
 // delays holds the waits the server makes.
 type delays struct {
-	interruptGrace, ping, jupyterAbsent time.Duration
+	interruptGrace, ping, jupyterAbsent, metricsWatch time.Duration
 }
 
 func (s *server) routes() http.Handler {

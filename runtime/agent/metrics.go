@@ -64,6 +64,9 @@ func (s *server) getMetrics(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// metricsWatchInterval is how often GET /metrics/watch sends a sample.
+const metricsWatchInterval = time.Second
+
 // watchMetrics serves GET /metrics/watch: one JSON object and "\n" per
 // second until the client leaves.
 func (s *server) watchMetrics(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +78,7 @@ func (s *server) watchMetrics(w http.ResponseWriter, r *http.Request) {
 	_ = rc.Flush()
 	prev, _ := s.metrics.cpuSample()
 	var pct float64
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(s.delays.metricsWatch)
 	defer t.Stop()
 	for {
 		select {

@@ -159,6 +159,7 @@ func TestMetricsCPUPercent(t *testing.T) {
 
 func TestMetricsEndpoints(t *testing.T) {
 	a := newTestAgent(t)
+	a.delays.metricsWatch = 10 * time.Millisecond
 	got := decode[map[string]float64](t, a.do(t, http.MethodGet, "/metrics", nil), http.StatusOK)
 	for _, k := range []string{"cpu_count", "cpu_used_pct", "mem_total_mib", "mem_used_mib", "timestamp"} {
 		v, ok := got[k]
