@@ -464,33 +464,75 @@ func TestOctalDigits(t *testing.T) {
 	}
 }
 
-// TestUploadEarlyPartInMemoryBounded: a file part before its metadata,
-// with no temp file to spool it to, is held in memory only up to a bound,
-// and a larger one is refused without being read to its end.
+// TestUploadEarlyPartInMemoryBounded: file parts before their metadata,
+// with no temp file to spool them to, are held in memory only up to a
+// bound for the whole body, and past it refused without being read to the
+// end.
 func TestUploadEarlyPartInMemoryBounded(t *testing.T) {
 	noTemp := filepath.Join(t.TempDir(), "missing") // CreateTemp fails here
-	for _, size := range []int{maxMemorySpool, 4 * maxMemorySpool} {
-		ct, form := uploadBody(t, []uploadPart{file("/f", strings.Repeat("x", size)), meta("/f", 0)})
-		body := &countingReader{r: form}
+	half := strings.Repeat("x", maxMemorySpool/2+1)
+	for _, tt := range []struct {
+		name  string
+		parts []uploadPart
+		ok    bool
+	}{
+		{"at the bound", []uploadPart{file("/f", strings.Repeat("x", maxMemorySpool)), meta("/f", 0)}, true},
+		{"one part over it", []uploadPart{file("/f", strings.Repeat("x", 4*maxMemorySpool)), meta("/f", 0)}, false},
+		{"two parts over it", []uploadPart{file("/f", half), file("/g", half), meta("/f", 0), meta("/g", 0)}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ct, form := uploadBody(t, tt.parts)
+			size := form.Len()
+			body := &countingReader{r: form}
+			r, err := http.NewRequest(http.MethodPost, "/files/upload", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Header.Set("Content-Type", ct)
+			puts := 0
+			err = ReadUpload(r, noTemp, func(_ UploadMeta, _ int, content io.Reader) error {
+				puts++
+				_, err := io.Copy(io.Discard, content)
+				return err
+			})
+			var uerr *UploadError
+			switch {
+			case tt.ok && (err != nil || puts != len(tt.parts)/2):
+				t.Errorf("err %v, %d puts", err, puts)
+			case !tt.ok && (!errors.As(err, &uerr) || uerr.Status != http.StatusRequestEntityTooLarge || puts != 0):
+				t.Errorf("err %v, %d puts; want a 413 and no put", err, puts)
+			case !tt.ok && size > 3*maxMemorySpool && body.n > 2*maxMemorySpool:
+				t.Errorf("%d bytes of the body read before refusing", body.n)
+			}
+		})
+	}
+}
+
+// TestUploadEarlyPartsCounted: at most maxEarlyParts file parts wait for
+// their metadata at once (each holds a temp file).
+func TestUploadEarlyPartsCounted(t *testing.T) {
+	for _, n := range []int{maxEarlyParts, maxEarlyParts + 1} {
+		var parts []uploadPart
+		for i := range n {
+			parts = append(parts, file(fmt.Sprint("/f", i), "x"))
+		}
+		for i := range n {
+			parts = append(parts, meta(fmt.Sprint("/f", i), 0))
+		}
+		ct, body := uploadBody(t, parts)
 		r, err := http.NewRequest(http.MethodPost, "/files/upload", body)
 		if err != nil {
 			t.Fatal(err)
 		}
 		r.Header.Set("Content-Type", ct)
-		got := -1
-		err = ReadUpload(r, noTemp, func(_ UploadMeta, _ int, content io.Reader) error {
-			b, err := io.ReadAll(content)
-			got = len(b)
-			return err
-		})
+		puts := 0
+		err = ReadUpload(r, t.TempDir(), func(UploadMeta, int, io.Reader) error { puts++; return nil })
 		var uerr *UploadError
 		switch {
-		case size <= maxMemorySpool && (err != nil || got != size):
-			t.Errorf("%d bytes: err %v, put got %d bytes", size, err, got)
-		case size > maxMemorySpool && (!errors.As(err, &uerr) || uerr.Status != http.StatusRequestEntityTooLarge || got != -1):
-			t.Errorf("%d bytes: err %v, put got %d bytes; want a 413 and no put", size, err, got)
-		case size > maxMemorySpool && body.n > 2*maxMemorySpool:
-			t.Errorf("%d bytes: %d bytes of the body read before refusing", size, body.n)
+		case n <= maxEarlyParts && (err != nil || puts != n):
+			t.Errorf("%d early parts: err %v, %d puts", n, err, puts)
+		case n > maxEarlyParts && (!errors.As(err, &uerr) || uerr.Status != http.StatusBadRequest || puts != 0):
+			t.Errorf("%d early parts: err %v, %d puts; want a 400 and no put", n, err, puts)
 		}
 	}
 }

@@ -66,6 +66,7 @@ func ReadUpload(r *http.Request, tempDir string, put func(meta UploadMeta, part 
 		}
 	}()
 	files := 0
+	memLeft := int64(maxMemorySpool) // for all the parts held in memory
 	for part := 0; ; part++ {
 		p, err := mr.NextPart()
 		if err == io.EOF {
@@ -101,7 +102,10 @@ func ReadUpload(r *http.Request, tempDir string, put func(meta UploadMeta, part 
 				}
 				continue
 			}
-			sp, err := spoolPart(tempDir, p)
+			if len(spooled) == maxEarlyParts {
+				return &UploadError{http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("more than %d file parts wait for their metadata: send each metadata part before its file", maxEarlyParts)}
+			}
+			sp, err := spoolPart(tempDir, p, &memLeft)
 			var uerr *UploadError
 			switch {
 			case errors.As(err, &uerr):
@@ -185,28 +189,36 @@ func copyFilled(dst io.Writer, src io.Reader) (int64, error) {
 	}
 }
 
-// maxMemorySpool bounds a file part held in memory because no temp file
-// can be made: the part's size is the client's choice.
-const maxMemorySpool = 8 << 20
+// File parts that come before their metadata are held until it arrives;
+// their number and size are the client's choice. maxEarlyParts bounds how
+// many are held at once (each a temp file, an open descriptor: sandboxd
+// parses uploads into a stopped sandbox itself), maxMemorySpool the
+// memory of those held in memory, for all of a body's parts together,
+// because no temp file can be made. SDKs send each metadata part first.
+const (
+	maxEarlyParts  = 100
+	maxMemorySpool = 8 << 20
+)
 
 // spool holds a file part until its metadata arrives: in a temp file, or
-// in memory (up to maxMemorySpool) if no temp file can be made.
+// in memory (out of *memLeft) if no temp file can be made.
 type spool struct {
 	file *os.File
 	mem  *bytes.Buffer
 }
 
-func spoolPart(tempDir string, part io.Reader) (*spool, error) {
+func spoolPart(tempDir string, part io.Reader, memLeft *int64) (*spool, error) {
 	f, err := os.CreateTemp(tempDir, "sandboxd-upload-*")
 	if err != nil {
 		var mem bytes.Buffer
-		if _, err := io.Copy(&mem, io.LimitReader(part, maxMemorySpool+1)); err != nil {
+		if _, err := io.Copy(&mem, io.LimitReader(part, *memLeft+1)); err != nil {
 			return nil, err
 		}
-		if mem.Len() > maxMemorySpool {
+		if int64(mem.Len()) > *memLeft {
 			return nil, &UploadError{http.StatusRequestEntityTooLarge, codeInvalidFile, fmt.Sprintf(
-				"a file part before its metadata is held until the metadata arrives, and no temp file can be made (%v): send the metadata part first, or keep such a part under %d bytes", err, maxMemorySpool)}
+				"file parts before their metadata are held until it arrives, and no temp file can be made (%v): send each metadata part first, or keep such parts under %d bytes in all", err, maxMemorySpool)}
 		}
+		*memLeft -= int64(mem.Len())
 		return &spool{mem: &mem}, nil
 	}
 	os.Remove(f.Name()) // the open file is enough
