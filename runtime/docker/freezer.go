@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -74,23 +75,45 @@ func (f *freezer) stuck(id string) (cgroupFile, bool) {
 	return c, f.runcInside(filepath.Dir(c.path))
 }
 
-// runcInside reports whether a cgroup holds runc's init.
+// runcInside reports whether a cgroup holds runc's init. Its command line
+// alone proves nothing (sandbox code can name itself "runc init" to get a
+// paused sandbox thawed), so the process must also have been started from
+// outside the container: its parent is runc on the host, not a process in
+// the container's cgroup (orphans inside are adopted by the container's
+// own init, which is in the cgroup too).
 func (f *freezer) runcInside(dir string) bool {
 	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return false
 	}
-	for _, pid := range strings.Fields(string(procs)) {
+	inside := strings.Fields(string(procs))
+	for _, pid := range inside {
 		cmd, err := os.ReadFile(filepath.Join(f.procRoot, pid, "cmdline"))
 		if err != nil {
 			continue
 		}
 		args := strings.Split(string(cmd), "\x00")
 		if len(args) > 1 && filepath.Base(args[0]) == "runc" && args[1] == "init" {
-			return true
+			if ppid, ok := f.parent(pid); ok && ppid != "0" && !slices.Contains(inside, ppid) {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// parent returns the parent pid of pid, from its status file.
+func (f *freezer) parent(pid string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(f.procRoot, pid, "status"))
+	if err != nil {
+		return "", false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
 }
 
 // errNotStuck is thaw's answer for a container that needs no repair.

@@ -32,9 +32,19 @@ func newFakeCgroups(t *testing.T, rel, state string, procs map[string][]string) 
 		pids = append(pids, pid)
 		must(t, os.MkdirAll(filepath.Join(f.procRoot, pid), 0o755))
 		must(t, os.WriteFile(filepath.Join(f.procRoot, pid, "cmdline"), []byte(strings.Join(argv, "\x00")+"\x00"), 0o644))
+		// Started from outside the container, as runc starts its init.
+		h.setParent(t, pid, hostPID)
 	}
 	h.setProcs(t, pids...)
 	return h
+}
+
+// hostPID is a process outside every fake container (runc on the host).
+const hostPID = "4242"
+
+func (h *fakeCgroups) setParent(t *testing.T, pid, ppid string) {
+	t.Helper()
+	must(t, os.WriteFile(filepath.Join(h.f.procRoot, pid, "status"), []byte("Name:\tx\nPPid:\t"+ppid+"\n"), 0o644))
 }
 
 func (h *fakeCgroups) setProcs(t *testing.T, pids ...string) {
@@ -104,8 +114,12 @@ func TestFreezerLeavesOthersAlone(t *testing.T) {
 		{"a short id", stuckID[:12], "FROZEN", map[string][]string{"11": runcInit}},
 		{"an id that is a path", "../../" + stuckID[6:], "FROZEN", map[string][]string{"11": runcInit}},
 		{"an unknown container", strings.Repeat("e", 64), "FROZEN", map[string][]string{"11": runcInit}},
+		{"sandbox code named runc init", stuckID, "FROZEN", map[string][]string{"10": sleeper, "11": runcInit}},
 	} {
 		h := newFakeCgroups(t, rel, tc.state, tc.procs)
+		if tc.name == "sandbox code named runc init" {
+			h.setParent(t, "11", "10") // its parent is in the container
+		}
 		if _, err := h.f.thaw(tc.id); !errors.Is(err, errNotStuck) {
 			t.Errorf("%s: thaw = %v, want errNotStuck", tc.name, err)
 		}
