@@ -610,6 +610,9 @@ func (b *bench) commandsAndFiles(ctx context.Context) (commandResult, error) {
 		// sandbox shares (one file in one volume); RssAnon is its own.
 		var rss, anon [2]int64
 		for i, pid := range []int{daemon, bridge} {
+			if pid == 0 {
+				continue
+			}
 			if rss[i], err = vmRSS(pid); err != nil {
 				return err
 			}
@@ -617,7 +620,12 @@ func (b *bench) commandsAndFiles(ctx context.Context) (commandResult, error) {
 				return err
 			}
 		}
-		res.agentRSS = fmt.Sprintf("daemon %s (%s own), bridge %s (%s own)", mib(rss[0]), mib(anon[0]), mib(rss[1]), mib(anon[1]))
+		res.agentRSS = fmt.Sprintf("daemon %s (%s own)", mib(rss[0]), mib(anon[0]))
+		if bridge != 0 {
+			res.agentRSS += fmt.Sprintf(", bridge %s (%s own)", mib(rss[1]), mib(anon[1]))
+		} else {
+			res.agentRSS += ", no bridge"
+		}
 		return nil
 	}(); err != nil {
 		b.progress("agent RSS: %v", err)
