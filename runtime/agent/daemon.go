@@ -363,8 +363,18 @@ func DialDaemon(conn *net.UnixConn, deadline time.Time) (*Client, error) {
 	if err := readHello(conn, deadline); err != nil {
 		return nil, err
 	}
-	return Dial(conn)
+	config := yamuxConfig(slog.New(slog.DiscardHandler))
+	config.MaxStreamWindowSize = directWindow
+	return dial(conn, config)
 }
+
+// directWindow is sandboxd's receive window per stream on a direct
+// session: with no dockerd in between, the daemon fills 1 MiB faster than
+// a window update comes back, and waits (100 MiB downloads: 760–810 MiB/s
+// against 560–570 with 1 MiB, BENCHMARKS.md). It bounds what a download
+// whose client stalls holds in sandboxd. (The daemon's own window, for
+// uploads, stays at 1 MiB: 4 MiB made no difference.)
+const directWindow = 4 << 20
 
 // sameUser accepts a peer that runs as uid.
 func sameUser(cred *syscall.Ucred, uid int) error {
