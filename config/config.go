@@ -239,6 +239,7 @@ func Default() Config {
 			DefaultCPU:      "1",
 			LogMaxSize:      "10m",
 			LogMaxFiles:     3,
+			AgentTransport:  "auto",
 		},
 		Lifecycle: Lifecycle{ReaperInterval: Duration{5 * time.Second}},
 		Store:     Store{Dir: "~/.sandboxd"},
