@@ -135,6 +135,10 @@ type Docker struct {
 	// storage-opt size); "" = no cap. Only some storage drivers support it (overlay2 on
 	// xfs with pquota, btrfs, zfs, devicemapper); elsewhere creates fail with a clear error.
 	DiskLimit string `toml:"disk_limit"`
+	// AgentTransport is how sandboxd reaches each sandbox's agent: "auto" (straight to
+	// its socket when sandboxd is root on the engine's host, else a Docker exec stream)
+	// or "exec" (always the exec stream).
+	AgentTransport string `toml:"agent_transport"`
 }
 
 // Storage is the [storage] section: what sandboxes may mount.
@@ -235,6 +239,7 @@ func Default() Config {
 			DefaultCPU:      "1",
 			LogMaxSize:      "10m",
 			LogMaxFiles:     3,
+			AgentTransport:  "auto",
 		},
 		Lifecycle: Lifecycle{ReaperInterval: Duration{5 * time.Second}},
 		Store:     Store{Dir: "~/.sandboxd"},

@@ -58,6 +58,7 @@ func TestDefault(t *testing.T) {
 		{"docker.log_max_size", c.Docker.LogMaxSize, "10m"},
 		{"docker.log_max_files", c.Docker.LogMaxFiles, 3},
 		{"docker.disk_limit", c.Docker.DiskLimit, ""},
+		{"docker.agent_transport", c.Docker.AgentTransport, "auto"},
 		{"runtime.type", c.Runtime.Type, "docker"},
 		{"docker.host", c.Docker.Host, ""},
 		{"docker.network_mode", c.Docker.NetworkMode, "bridge"},
@@ -146,6 +147,7 @@ runtime = "runsc"
 log_max_size = "1m"
 log_max_files = 2
 disk_limit = "5G"
+agent_transport = "exec"
 
 [storage]
 allowed_host_paths = ["/srv/data/"]
@@ -214,6 +216,7 @@ func TestLoadEveryKey(t *testing.T) {
 			LogMaxSize:       "1m",
 			LogMaxFiles:      2,
 			DiskLimit:        "5G",
+			AgentTransport:   "exec",
 		},
 		Storage: Storage{
 			AllowedHostPaths: []string{"/srv/data"},
@@ -440,6 +443,7 @@ func TestLoadValidation(t *testing.T) {
 		{`docker.log_max_size = "ten"`, []string{`docker.log_max_size: must be a size such as "10m" or "" (no rotation), got "ten"`}},
 		{`docker.log_max_size = "0m"`, []string{`docker.log_max_size: must be a size such as "10m" or "" (no rotation), got "0m"`}},
 		{`docker.log_max_files = 0`, []string{`docker.log_max_files: must be at least 1, got 0`}},
+		{`docker.agent_transport = "direct"`, []string{`docker.agent_transport: must be "auto" or "exec", got "direct"`}},
 		{`docker.disk_limit = "10 GB of disk"`, []string{`docker.disk_limit: must be a size such as "10G" or "" (no limit), got "10 GB of disk"`}},
 		{`log.level = "TRACE"`, []string{`log.level: must be DEBUG, INFO, WARN or ERROR, got "TRACE"`}},
 		{`runtime.type = "kubernetes"`, []string{`runtime.type: "kubernetes" is not supported; the only runtime is "docker"`}},

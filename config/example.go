@@ -159,6 +159,10 @@ log_max_files = 3
 # Size limit of each sandbox's writable root filesystem, e.g. "10G"; "" = none. Needs a
 # storage driver that supports it (overlay2 on xfs mounted with pquota, btrfs, zfs).
 disk_limit = ""
+# How sandboxd reaches each sandbox's agent: "auto" = straight to the agent's socket when
+# sandboxd is root on the engine's own host, else over a Docker exec stream; "exec" = always
+# over the exec stream.
+agent_transport = "auto"
 
 [storage]
 # Host directories under which sandboxes may bind-mount host paths (absolute, ~/ allowed).

@@ -53,6 +53,8 @@ func (c Config) validate() error {
 	check(d.LogMaxSize == "" || isByteSize(d.LogMaxSize), "docker.log_max_size", `must be a size such as "10m" or "" (no rotation), got %q`, d.LogMaxSize)
 	check(d.LogMaxFiles >= 1, "docker.log_max_files", "must be at least 1, got %d", d.LogMaxFiles)
 	check(d.DiskLimit == "" || isByteSize(d.DiskLimit), "docker.disk_limit", `must be a size such as "10G" or "" (no limit), got %q`, d.DiskLimit)
+	check(d.AgentTransport == "auto" || d.AgentTransport == "exec", "docker.agent_transport",
+		`must be "auto" or "exec", got %q`, d.AgentTransport)
 	check(d.PidsLimit >= 0, "docker.pids_limit", "must not be negative (0 = no limit), got %d", d.PidsLimit)
 	for i, name := range d.DropCapabilities {
 		check(isCapability(name), fmt.Sprintf("docker.drop_capabilities[%d]", i), "%q is not a capability name such as \"ALL\" or \"NET_RAW\"", name)

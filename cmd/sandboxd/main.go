@@ -156,6 +156,7 @@ func serve(args []string) error {
 		MountDir:      filepath.Join(cfg.Store.Dir, "mounts"),
 		AgentBinaries: cfg.Runtime.AgentBinaries, EmbeddedAgents: embeddedAgents(),
 		LogMaxSize: cfg.Docker.LogMaxSize, LogMaxFiles: cfg.Docker.LogMaxFiles, DiskLimit: cfg.Docker.DiskLimit,
+		AgentTransport: cfg.Docker.AgentTransport,
 	})
 	if err != nil {
 		store.Close()

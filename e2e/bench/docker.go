@@ -141,7 +141,8 @@ func (r *raw) sandboxContainer(ctx context.Context, id string) (container.Summar
 
 // agentPIDs finds the host pids of the agent's two processes in a
 // container: the daemon, which holds the commands and sessions, and the
-// bridge that connects sandboxd's exec stream to it.
+// bridge that connects sandboxd's exec stream to it (0 on the direct path,
+// where there is none).
 func (r *raw) agentPIDs(ctx context.Context, cid string) (daemon, bridge int, err error) {
 	top, err := r.cli.ContainerTop(ctx, cid, nil)
 	if err != nil {
@@ -172,7 +173,7 @@ func (r *raw) agentPIDs(ctx context.Context, cid string) (daemon, bridge int, er
 			return 0, 0, err
 		}
 	}
-	if daemon == 0 || bridge == 0 {
+	if daemon == 0 {
 		return 0, 0, fmt.Errorf("container %s: agent daemon pid %d, bridge pid %d", cid[:12], daemon, bridge)
 	}
 	return daemon, bridge, nil

@@ -70,6 +70,7 @@ type options struct {
 	filesOnly                      bool
 	codeImage                      string
 	onlyCode                       bool
+	transport                      string
 	pid                            int
 	creates, commands, files       int
 	burst, transferMiB, reps, pool int
@@ -100,6 +101,7 @@ func run() (err error) {
 	flag.BoolVar(&o.filesOnly, "files-only", false, "measure only commands and files (no creates, burst or pool): a light run on a shared machine")
 	flag.StringVar(&o.codeImage, "code-image", "sandboxd-test/code-interpreter:latest", "image for the /code phase (with Jupyter and python3); empty skips it")
 	flag.BoolVar(&o.onlyCode, "only-code", false, "measure only the /code phase")
+	flag.StringVar(&o.transport, "agent-transport", "auto", "with -start: the server's [docker] agent_transport (\"auto\" or \"exec\")")
 	short := flag.Bool("short", false, "small counts (3 creates, 20 commands, burst of 6, 4 MiB): for CI, not for figures")
 	flag.Parse()
 	if *short {
@@ -125,7 +127,7 @@ func run() (err error) {
 
 	b := &bench{o: o, r: &raw{cli: cli, image: o.image, run: randHex(4)}, boxes: map[string]bool{}}
 	if o.start != "" {
-		srv, err := startServer(o.start, o.pprof != "")
+		srv, err := startServer(o.start, o.pprof != "", o.transport)
 		if err != nil {
 			return err
 		}
@@ -256,7 +258,7 @@ func (b *bench) header(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(w, "machine: %d CPUs, %s/%s, kernel %s; Docker %s (API %s)\n", goruntime.NumCPU(), goruntime.GOOS, goruntime.GOARCH, v.KernelVersion, v.Version, v.APIVersion)
 	if b.o.start != "" {
 		out, _ := exec.Command(b.o.start, "version").Output()
-		fmt.Fprintf(w, "server: %s started by the benchmark (%s)\n", b.o.start, strings.TrimSpace(string(out)))
+		fmt.Fprintf(w, "server: %s started by the benchmark (%s), agent_transport %q\n", b.o.start, strings.TrimSpace(string(out)), b.o.transport)
 	} else {
 		fmt.Fprintf(w, "server: %s\n", b.o.url)
 	}
@@ -608,6 +610,9 @@ func (b *bench) commandsAndFiles(ctx context.Context) (commandResult, error) {
 		// sandbox shares (one file in one volume); RssAnon is its own.
 		var rss, anon [2]int64
 		for i, pid := range []int{daemon, bridge} {
+			if pid == 0 {
+				continue
+			}
 			if rss[i], err = vmRSS(pid); err != nil {
 				return err
 			}
@@ -615,7 +620,12 @@ func (b *bench) commandsAndFiles(ctx context.Context) (commandResult, error) {
 				return err
 			}
 		}
-		res.agentRSS = fmt.Sprintf("daemon %s (%s own), bridge %s (%s own)", mib(rss[0]), mib(anon[0]), mib(rss[1]), mib(anon[1]))
+		res.agentRSS = fmt.Sprintf("daemon %s (%s own)", mib(rss[0]), mib(anon[0]))
+		if bridge != 0 {
+			res.agentRSS += fmt.Sprintf(", bridge %s (%s own)", mib(rss[1]), mib(anon[1]))
+		} else {
+			res.agentRSS += ", no bridge"
+		}
 		return nil
 	}(); err != nil {
 		b.progress("agent RSS: %v", err)

@@ -25,7 +25,11 @@ type Client struct {
 
 // Dial starts a yamux client on conn, the agent's attached stdin and stdout.
 func Dial(conn io.ReadWriteCloser) (*Client, error) {
-	session, err := yamux.Client(framed(conn), yamuxConfig(slog.New(slog.DiscardHandler)))
+	return dial(conn, yamuxConfig(slog.New(slog.DiscardHandler)))
+}
+
+func dial(conn io.ReadWriteCloser, config *yamux.Config) (*Client, error) {
+	session, err := yamux.Client(framed(conn), config)
 	if err != nil {
 		return nil, fmt.Errorf("agent: start yamux client: %w", err)
 	}

@@ -437,3 +437,27 @@ func TestLogHubLimitsRate(t *testing.T) {
 		t.Errorf("then %q, want the new line", next)
 	}
 }
+
+// A root peer outside the daemon's pid namespace (pid 0: sandboxd's
+// direct path) is admitted whatever the daemon's user; root with a pid in
+// it, or any other user outside it, is judged by its uid as before.
+func TestAdmit(t *testing.T) {
+	tests := []struct {
+		pid       int32
+		peer, own uint32
+		ok        bool
+	}{
+		{0, 0, 1000, true},
+		{0, 0, 0, true},
+		{42, 0, 1000, false},
+		{0, 1000, 0, false},
+		{0, 65534, 1000, false},
+		{42, 1000, 1000, true},
+	}
+	for _, tt := range tests {
+		err := admit(&syscall.Ucred{Pid: tt.pid, Uid: tt.peer, Gid: tt.peer}, int(tt.own))
+		if (err == nil) != tt.ok {
+			t.Errorf("peer pid %d uid %d, own uid %d: err %v, want ok=%v", tt.pid, tt.peer, tt.own, err, tt.ok)
+		}
+	}
+}

@@ -132,8 +132,8 @@ func (a *agentVolume) fill(ctx context.Context, d *Docker, helperID string) erro
 	return wrap(err, "copy agent into volume %s", a.name())
 }
 
-// agentSession is one running agent: an exec whose stdin/stdout carry a
-// yamux session.
+// agentSession is one running agent: a yamux session over an exec's
+// stdin/stdout, or straight to its daemon (direct.go).
 type agentSession struct {
 	// start serialises starts for one container; a channel, so that a
 	// caller waiting for another's start can give up.
@@ -182,7 +182,7 @@ func (d *Docker) Agent(ctx context.Context, id string) (http.RoundTripper, error
 	if s.alive() {
 		return s.client.Transport(), nil
 	}
-	client, err := d.startAgent(ctx, id)
+	client, err := d.connectAgent(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -272,16 +272,9 @@ func (d *Docker) attachAgent(id, execID string) (*agent.Client, error) {
 		conn.Close()
 		return nil, fmt.Errorf("agent session in %s: %w", id, err)
 	}
-	req, _ := http.NewRequest(http.MethodGet, "http://agent/ping", nil)
-	resp, err := client.Transport().RoundTrip(req)
-	if err != nil {
+	if err := pingAgent(context.Background(), client); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("agent in %s did not answer: %w", id, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		client.Close()
-		return nil, fmt.Errorf("agent in %s answered its ping with %s", id, resp.Status)
+		return nil, fmt.Errorf("agent in %s %w", id, err)
 	}
 	return client, nil
 }

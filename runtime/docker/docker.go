@@ -51,6 +51,9 @@ type Options struct {
 	// DiskLimit sizes each container's writable layer (storage-opt size);
 	// "" = unlimited.
 	DiskLimit string
+	// AgentTransport is TransportAuto (the default, "") or TransportExec
+	// (see direct.go).
+	AgentTransport string
 }
 
 // Docker drives sandboxes through the Docker Engine API.
@@ -67,10 +70,10 @@ type Docker struct {
 	mu       sync.Mutex
 	sessions map[string]*agentSession // by container id
 
-	mountDir   string
-	pinMu      ctxLock
-	pinDecided bool
-	pinErr     error // why mounts cannot be pinned; nil if they can
+	mountDir    string
+	hostMu      ctxLock
+	hostDecided bool
+	hostErr     error // why sandboxd is not root on the engine's host; nil if it is
 
 	gates   gates // orders calls into a container with its pause
 	freezer *freezer
@@ -98,6 +101,13 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker client: %w", err)
 	}
+	switch opts.AgentTransport {
+	case "":
+		opts.AgentTransport = TransportAuto
+	case TransportAuto, TransportExec:
+	default:
+		return nil, fmt.Errorf("agent transport %q: want %q or %q", opts.AgentTransport, TransportAuto, TransportExec)
+	}
 	if opts.APITimeout <= 0 {
 		opts.APITimeout = 180 * time.Second
 	}
@@ -114,7 +124,7 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 
 		removeRetryDelay: removeRetryDelay,
 		logMu:            newCtxLock(),
-		pinMu:            newCtxLock(),
+		hostMu:           newCtxLock(),
 	}
 	if d.agents, err = newAgentSet(opts.AgentBinaries, opts.EmbeddedAgents, opts.Logger); err != nil {
 		return nil, err

@@ -43,21 +43,20 @@ import (
 // VolumeOptions.Subpath.
 const subPathAPI = "1.45"
 
-// pinner says whether this runtime can pin mounts (whyNot nil) or why
-// not. It is decided once; err is an engine that did not answer, which is
-// asked again next time.
-func (d *Docker) pinner(ctx context.Context) (whyNot, err error) {
-	if err := d.pinMu.lock(ctx); err != nil {
+// engineHost says whether sandboxd runs as root on the engine's own host
+// (whyNot nil), which both pinned mounts and the agent's direct path
+// (direct.go) need, or why not. It is decided once; err is an engine
+// that did not answer, which is asked again next time.
+func (d *Docker) engineHost(ctx context.Context) (whyNot, err error) {
+	if err := d.hostMu.lock(ctx); err != nil {
 		return nil, wrap(err, "wait for docker info")
 	}
-	defer d.pinMu.unlock()
-	if d.pinDecided {
-		return d.pinErr, nil
+	defer d.hostMu.unlock()
+	if d.hostDecided {
+		return d.hostErr, nil
 	}
-	if d.mountDir == "" {
-		d.pinErr = errors.New("no state directory to pin mounts in")
-	} else if sock, ok := strings.CutPrefix(d.cli.DaemonHost(), "unix://"); !ok {
-		d.pinErr = fmt.Errorf("the engine at %s is not on this host", d.cli.DaemonHost())
+	if sock, ok := strings.CutPrefix(d.cli.DaemonHost(), "unix://"); !ok {
+		d.hostErr = fmt.Errorf("the engine at %s is not on this host", d.cli.DaemonHost())
 	} else {
 		cctx, cancel := d.call(ctx)
 		info, err := d.cli.Info(cctx)
@@ -67,13 +66,28 @@ func (d *Docker) pinner(ctx context.Context) (whyNot, err error) {
 			return nil, wrap(err, "docker info")
 		case strings.Contains(info.OperatingSystem, "Docker Desktop"):
 			// Its socket is a proxy on this host; the engine is in a VM.
-			d.pinErr = errors.New("the engine runs in Docker Desktop's VM")
+			d.hostErr = errors.New("the engine runs in Docker Desktop's VM")
 		default:
-			d.pinErr = canPin(sock, d.mountDir)
+			d.hostErr = onEngineHost(sock)
 		}
 	}
-	d.pinDecided = true
-	return d.pinErr, nil
+	d.hostDecided = true
+	return d.hostErr, nil
+}
+
+// pinner says whether this runtime can pin mounts (whyNot nil) or why
+// not; err is an engine that did not answer.
+func (d *Docker) pinner(ctx context.Context) (whyNot, err error) {
+	if d.mountDir == "" {
+		return errors.New("no state directory to pin mounts in"), nil
+	}
+	if whyNot, err := d.engineHost(ctx); whyNot != nil || err != nil {
+		return whyNot, err
+	}
+	if err := os.MkdirAll(d.mountDir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", d.mountDir, err), nil
+	}
+	return nil, nil
 }
 
 // planMounts turns the spec's mounts into Docker's, pinning what needs it

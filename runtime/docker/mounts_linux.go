@@ -12,13 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// canPin reports whether bind mounts made here are what the engine behind
-// sock sees: sandboxd must be root, and the engine (the socket's peer)
-// must share sandboxd's mount namespace, or the pins' paths would name
-// something else (or nothing) on the engine's side.
-func canPin(sock, mountDir string) error {
+// onEngineHost reports whether bind mounts made here are what the engine
+// behind sock sees, and whether the pids it reports are ours: sandboxd
+// must be root, and the engine (the socket's peer) must share sandboxd's
+// mount and pid namespaces, or the pins' paths would name something else
+// (or nothing) on the engine's side, and a container's pid another process.
+func onEngineHost(sock string) error {
 	if os.Geteuid() != 0 {
-		return errors.New("sandboxd is not root, so it cannot make bind mounts")
+		return errors.New("sandboxd is not root")
 	}
 	c, err := net.Dial("unix", sock)
 	if err != nil {
@@ -42,13 +43,12 @@ func canPin(sock, mountDir string) error {
 	if cred.Pid <= 0 {
 		return errors.New("the engine process is not visible from sandboxd (another PID namespace)")
 	}
-	mine, err1 := os.Readlink("/proc/self/ns/mnt")
-	theirs, err2 := os.Readlink("/proc/" + strconv.Itoa(int(cred.Pid)) + "/ns/mnt")
-	if err1 != nil || err2 != nil || mine != theirs {
-		return errors.New("the engine runs in another mount namespace")
-	}
-	if err := os.MkdirAll(mountDir, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", mountDir, err)
+	for _, ns := range []string{"mnt", "pid"} {
+		mine, err1 := os.Readlink("/proc/self/ns/" + ns)
+		theirs, err2 := os.Readlink("/proc/" + strconv.Itoa(int(cred.Pid)) + "/ns/" + ns)
+		if err1 != nil || err2 != nil || mine != theirs {
+			return fmt.Errorf("the engine runs in another %s namespace", ns)
+		}
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 // mounts there, so host paths below another container's read-write mount
 // are refused (planMounts) and subPath needs an engine that honours it.
 
-func canPin(string, string) error {
+func onEngineHost(string) error {
 	return errors.New("sandboxd does not run on the engine's Linux host")
 }
 
