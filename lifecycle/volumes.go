@@ -56,15 +56,23 @@ func resolveExisting(p string) (string, error) {
 // engineHostPaths returns where this engine keeps its data and socket, as
 // the runtime reports them. They are asked for once (the first time a host
 // path is mounted) and kept; until the engine answers, no host path can be
-// mounted.
+// mounted. The lock is not held across the engine call, so a slow engine
+// holds up no caller past its own deadline; callers that meet at the start
+// may each ask.
 func (m *Manager) engineHostPaths(ctx context.Context) ([]string, error) {
+	m.engineMu.Lock()
+	known := m.enginePaths
+	m.engineMu.Unlock()
+	if known != nil {
+		return known, nil
+	}
+	paths, err := m.rt.EnginePaths(ctx)
+	if err != nil {
+		return nil, m.engineError(err, "ask the engine where it keeps its data")
+	}
 	m.engineMu.Lock()
 	defer m.engineMu.Unlock()
 	if m.enginePaths == nil {
-		paths, err := m.rt.EnginePaths(ctx)
-		if err != nil {
-			return nil, m.engineError(err, "ask the engine where it keeps its data")
-		}
 		m.enginePaths = append([]string{}, paths...)
 	}
 	return m.enginePaths, nil
