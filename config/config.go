@@ -106,7 +106,8 @@ type Runtime struct {
 type Docker struct {
 	// Host is the Docker endpoint; "" = env DOCKER_HOST, else the local unix socket.
 	Host string `toml:"host"`
-	// NetworkMode is "bridge", "none" or a user-defined network name; never "host".
+	// NetworkMode is "" (sandboxd's own network, whose sandboxes cannot reach each
+	// other), "bridge", "none" or a user-defined network name; never "host".
 	NetworkMode      string   `toml:"network_mode"`
 	APITimeout       Duration `toml:"api_timeout"`
 	DropCapabilities []string `toml:"drop_capabilities"`
@@ -217,7 +218,6 @@ func Default() Config {
 		Log:     Log{Level: "INFO", Access: true},
 		Runtime: Runtime{Type: "docker"},
 		Docker: Docker{
-			NetworkMode:      "bridge",
 			APITimeout:       Duration{180 * time.Second},
 			DropCapabilities: []string{"ALL"},
 			// Docker's default set minus AUDIT_WRITE, MKNOD, NET_RAW, SETFCAP and SYS_CHROOT:

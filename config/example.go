@@ -122,11 +122,12 @@ type = "docker"
 # Empty: env DOCKER_HOST, else the docker CLI's current context, else the local engine
 # (Docker Desktop's socket on macOS, its named pipe on Windows).
 host = ""
-# Network of the sandboxes: "bridge" (Docker's default network), "none" (no network at
-# all) or the name of an existing user-defined network. "host" is
-# refused: it would defeat isolation. sandboxd never publishes sandbox ports; clients reach
-# them through sandboxd's proxy.
-network_mode = "bridge"
+# Network of the sandboxes. Unset: the bridge network "sandboxd", created at start if
+# missing, on which sandboxes reach the outside but not each other. Or "bridge" (Docker's
+# default network, where they can), "none" (no network at all) or the name of an existing
+# user-defined network. "host" is refused: it would defeat isolation. sandboxd never
+# publishes sandbox ports; clients reach them through sandboxd's proxy.
+# network_mode = "bridge"
 # Timeout of one Docker Engine API call.
 api_timeout = 180
 # Capabilities dropped from every sandbox, then those added back. The added ones let a root

@@ -43,7 +43,6 @@ func (c Config) validate() error {
 	}
 
 	d := c.Docker
-	check(d.NetworkMode != "", "docker.network_mode", `must not be empty; use "bridge", "none" or a network name`)
 	check(d.NetworkMode != "host", "docker.network_mode",
 		`"host" is refused: sandboxes would share the host's network stack and reach every service on it, `+
 			`defeating isolation; sandboxd proxies all execd traffic, so no host networking is needed; use "bridge", "none" or a network name`)

@@ -272,9 +272,13 @@ func (m *Manager) RunReaper(ctx context.Context) {
 // Reconcile brings the books in line with Docker after a start: it removes
 // half-created sandboxes and containers of this instance that have no
 // record, forgets records whose container is gone, settles interrupted
-// snapshots, then reaps what expired while sandboxd was down. The first
+// snapshots, then reaps what expired while sandboxd was down. It first
+// creates sandboxd's network if that is the one in use. The first
 // that succeeds makes the Manager serve (see life.go).
 func (m *Manager) Reconcile(ctx context.Context) error {
+	if err := m.ensureNetwork(ctx); err != nil {
+		return err
+	}
 	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
 	if err != nil {
 		return m.engineError(err, "list containers")

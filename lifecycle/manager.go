@@ -349,7 +349,7 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if renew > 0 {
 		labels[LabelRenewExtend] = strconv.Itoa(renew)
 	}
-	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, m.cfg.Docker.NetworkMode, pv.mounts, hard)
+	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, m.network(), pv.mounts, hard)
 	if platform != nil {
 		p.spec.Platform = platform.OS + "/" + platform.Arch
 	}

@@ -159,7 +159,7 @@ func TestCreateSpec(t *testing.T) {
 	if spec.PidsLimit != 4096 || spec.MemoryBytes != 2<<30 || spec.NanoCPUs != 1e9 {
 		t.Errorf("limits pids %d memory %d cpu %d, want 4096, 2Gi, 1", spec.PidsLimit, spec.MemoryBytes, spec.NanoCPUs)
 	}
-	if spec.NetworkMode != "bridge" || spec.Platform != "linux/amd64" {
+	if spec.NetworkMode != DefaultNetwork || spec.Platform != "linux/amd64" {
 		t.Errorf("network %q platform %q", spec.NetworkMode, spec.Platform)
 	}
 	if !slices.Equal(spec.Env, []string{"A=1", "B=2"}) {

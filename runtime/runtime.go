@@ -176,3 +176,12 @@ type PathStat struct {
 	Mtime time.Time
 	IsDir bool
 }
+
+// IsolatedNetworks is implemented by runtimes that can make a network on
+// which containers reach the outside but not each other.
+type IsolatedNetworks interface {
+	// EnsureIsolatedNetwork creates network name, carrying labels, unless
+	// it exists; an existing one that lets its containers talk to each
+	// other is an error, not silently used.
+	EnsureIsolatedNetwork(ctx context.Context, name string, labels map[string]string) error
+}

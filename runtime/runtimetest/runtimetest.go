@@ -50,6 +50,7 @@ type Runtime struct {
 	now         func() time.Time
 	containers  map[string]*container        // by id
 	volumes     map[string]map[string]string // labels by name
+	networks    map[string]map[string]string // labels by name
 	puts        int                          // PutArchive calls
 	agent       http.Handler
 	createErr   error
@@ -65,8 +66,9 @@ type Runtime struct {
 }
 
 var (
-	_ runtime.Runtime  = (*Runtime)(nil)
-	_ runtime.Repairer = (*Runtime)(nil)
+	_ runtime.Runtime          = (*Runtime)(nil)
+	_ runtime.Repairer         = (*Runtime)(nil)
+	_ runtime.IsolatedNetworks = (*Runtime)(nil)
 )
 
 // New returns an empty runtime that stamps containers' creation with now,
@@ -77,6 +79,7 @@ func New(now func() time.Time) *Runtime {
 		now:        now,
 		containers: map[string]*container{},
 		volumes:    map[string]map[string]string{},
+		networks:   map[string]map[string]string{},
 		agent:      http.NotFoundHandler(),
 		hooks:      map[string]func(context.Context, string) error{},
 		stuck:      map[string]bool{},
@@ -84,7 +87,8 @@ func New(now func() time.Time) *Runtime {
 }
 
 // Hook makes every call of method ("Inspect", "List", "Pause", "Unpause",
-// "Commit", "Agent", "StatPath", "GetArchive", "PutArchive", "Remove")
+// "Commit", "Agent", "StatPath", "GetArchive", "PutArchive", "Remove",
+// "EnsureIsolatedNetwork", whose id is the network's name)
 // first run fn with the
 // call's context and container. fn may block, to inject a delay, or fail
 // the call. A nil fn removes the hook.
@@ -670,4 +674,25 @@ func (f *Runtime) Close() error {
 	defer f.mu.Unlock()
 	f.closed = true
 	return nil
+}
+
+// EnsureIsolatedNetwork implements runtime.IsolatedNetworks.
+func (f *Runtime) EnsureIsolatedNetwork(ctx context.Context, name string, labels map[string]string) error {
+	if err := f.call(ctx, "EnsureIsolatedNetwork", name); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.networks[name]; !ok {
+		f.networks[name] = maps.Clone(labels)
+	}
+	return nil
+}
+
+// Network returns the labels of an isolated network, and whether it exists.
+func (f *Runtime) Network(name string) (map[string]string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.networks[name]
+	return maps.Clone(l), ok
 }

@@ -1,0 +1,36 @@
+package lifecycle
+
+import (
+	"context"
+
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// DefaultNetwork is the network of sandboxes when [docker] network_mode is
+// unset: a bridge network on which they reach the outside (as allowed) but
+// not each other. Instances share it; none removes it.
+const DefaultNetwork = "sandboxd"
+
+// LabelNetwork marks the network sandboxd created.
+const LabelNetwork = "io.sandboxd.network"
+
+// network is the network mode of new sandboxes.
+func (m *Manager) network() string {
+	if m.cfg.Docker.NetworkMode == "" {
+		return DefaultNetwork
+	}
+	return m.cfg.Docker.NetworkMode
+}
+
+// ensureNetwork creates the default network if it is the one in use.
+// Runtimes without isolated networks have no such network to make.
+func (m *Manager) ensureNetwork(ctx context.Context) error {
+	nw, ok := m.rt.(runtime.IsolatedNetworks)
+	if m.cfg.Docker.NetworkMode != "" || !ok {
+		return nil
+	}
+	if err := nw.EnsureIsolatedNetwork(ctx, DefaultNetwork, map[string]string{LabelNetwork: "isolated"}); err != nil {
+		return m.engineError(err, "ensure network "+DefaultNetwork)
+	}
+	return nil
+}
