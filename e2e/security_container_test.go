@@ -158,9 +158,9 @@ func TestSecurityContainerHardening(t *testing.T) {
 	// sandboxd listens on the host's loopback, which the sandbox cannot
 	// reach through its gateway; a listener on the gateway address shows
 	// the path itself works.
-	gw := secBridge(t, ctr).Gateway
+	gw := secEndpoint(t, ctr, "sandboxd").Gateway
 	if gw == "" {
-		t.Fatal("the sandbox has no gateway on the bridge network")
+		t.Fatal("the sandbox has no gateway on sandboxd's network")
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(gw, "0"))
 	if err != nil {
@@ -365,25 +365,17 @@ func TestSecurityHardeningExtensions(t *testing.T) {
 
 // TestSecurityNetworkDeny: a sandbox created with networkPolicy deny-all
 // sits in its egress helper's network namespace, whose firewall lets
-// nothing out, so it reaches no other sandbox, while a default (bridge)
-// sandbox does.
+// nothing out, so it reaches no other sandbox, while a sandbox on Docker's
+// bridge network does.
 func TestSecurityNetworkDeny(t *testing.T) {
-	s := startServer(t)
+	s := startServer(t, withTOML("[docker]\nnetwork_mode = \"bridge\"\n"))
 	open := newExecdBox(t, s, busyboxRequest())
 	closed := newExecdBox(t, s, busyboxWith(map[string]any{"networkPolicy": map[string]any{"defaultAction": "deny"}}))
 
 	if mode := sandboxContainer(t, closed.ID).HostConfig.NetworkMode; !mode.IsContainer() {
 		t.Errorf("deny-all sandbox has network mode %q, want its egress helper's", mode)
 	}
-	openIP := secBridge(t, sandboxContainer(t, open.ID)).IPAddress
-	if openIP == "" {
-		t.Fatal("the bridge sandbox has no IP address")
-	}
-	open.run(t, map[string]any{"command": "while true; do echo hi | nc -l -p 9999; done", "background": true})
-	waitUntil(t, secWait, "the listener in the bridge sandbox", func() bool {
-		_, code := open.secShell(t, "nc -w 5 127.0.0.1 9999 </dev/null")
-		return code == 0
-	})
+	openIP := secListen(t, open, "bridge").IPAddress
 
 	// Control: another bridge sandbox does reach it (Docker's default).
 	other := newExecdBox(t, s, busyboxRequest())
@@ -395,11 +387,55 @@ func TestSecurityNetworkDeny(t *testing.T) {
 	}
 }
 
-// secBridge returns a container's endpoint on Docker's default bridge.
-func secBridge(t *testing.T, ctr container.InspectResponse) *network.EndpointSettings {
-	t.Helper()
-	if ctr.NetworkSettings == nil || ctr.NetworkSettings.Networks["bridge"] == nil {
-		t.Fatalf("container %s is not on the bridge network", ctr.ID)
+// TestSecurityNetworkIsolated: with network_mode unset, sandboxes (and
+// the egress helpers of policed ones) are on sandboxd's network, where a
+// sandbox reaches its gateway but not another sandbox; on Docker's bridge
+// the same probe connects (TestSecurityNetworkDeny's control).
+func TestSecurityNetworkIsolated(t *testing.T) {
+	s := startServer(t)
+	removeInstanceHelpersAtEnd(t, s)
+	a := newExecdBox(t, s, busyboxRequest())
+	b := newExecdBox(t, s, busyboxRequest())
+	policed := newExecdBox(t, s, busyboxWith(map[string]any{"networkPolicy": map[string]any{"defaultAction": "allow"}}))
+	for _, id := range []string{a.ID, b.ID} {
+		if mode := sandboxContainer(t, id).HostConfig.NetworkMode; mode != "sandboxd" {
+			t.Errorf("sandbox %s has network mode %q, want sandboxd", id, mode)
+		}
 	}
-	return ctr.NetworkSettings.Networks["bridge"]
+	if hs := containersByLabel(t, labelEgressFor, policed.ID); len(hs) != 1 || inspectContainer(t, hs[0].ID).HostConfig.NetworkMode != "sandboxd" {
+		t.Errorf("the egress helper of the policed sandbox is not alone on network sandboxd: %d helpers", len(hs))
+	}
+	nw, err := dockerClient(t).NetworkInspect(context.Background(), "sandboxd", network.InspectOptions{})
+	if err != nil || nw.Options["com.docker.network.bridge.enable_icc"] != "false" || nw.Labels["io.sandboxd.network"] == "" {
+		t.Fatalf("network sandboxd: %v, options %v, labels %v", err, nw.Options, nw.Labels)
+	}
+
+	// A sandbox here does reach its gateway (the host; see
+	// TestSecurityContainerHardening): the network is not just down.
+	ip := secListen(t, a, "sandboxd").IPAddress
+	if out, code := b.secShell(t, "nc -w 10 "+ip+" 9999 </dev/null"); code == 0 || out == "hi" {
+		t.Errorf("a sandbox reached another on sandboxd's network: %q, exit %d", out, code)
+	}
+}
+
+// secListen starts a TCP server answering "hi" on port 9999 in box, waits
+// until it answers locally, and returns the box's endpoint on network nw.
+func secListen(t *testing.T, box *execdBox, nw string) *network.EndpointSettings {
+	t.Helper()
+	ep := secEndpoint(t, sandboxContainer(t, box.ID), nw)
+	box.run(t, map[string]any{"command": "while true; do echo hi | nc -l -p 9999; done", "background": true})
+	waitUntil(t, secWait, "the listener in the sandbox", func() bool {
+		_, code := box.secShell(t, "nc -w 5 127.0.0.1 9999 </dev/null")
+		return code == 0
+	})
+	return ep
+}
+
+// secEndpoint returns a container's endpoint on network nw.
+func secEndpoint(t *testing.T, ctr container.InspectResponse, nw string) *network.EndpointSettings {
+	t.Helper()
+	if ctr.NetworkSettings == nil || ctr.NetworkSettings.Networks[nw] == nil || ctr.NetworkSettings.Networks[nw].IPAddress == "" {
+		t.Fatalf("container %s has no address on network %s", ctr.ID, nw)
+	}
+	return ctr.NetworkSettings.Networks[nw]
 }
