@@ -375,7 +375,8 @@ func TestSecurityNetworkDeny(t *testing.T) {
 	if mode := sandboxContainer(t, closed.ID).HostConfig.NetworkMode; !mode.IsContainer() {
 		t.Errorf("deny-all sandbox has network mode %q, want its egress helper's", mode)
 	}
-	openIP := secListen(t, open, "bridge").IPAddress
+	secListen(t, open)
+	openIP := secEndpoint(t, sandboxContainer(t, open.ID), "bridge").IPAddress
 
 	// Control: another bridge sandbox does reach it (Docker's default).
 	other := newExecdBox(t, s, busyboxRequest())
@@ -387,10 +388,10 @@ func TestSecurityNetworkDeny(t *testing.T) {
 	}
 }
 
-// TestSecurityNetworkIsolated: with network_mode unset, sandboxes (and
-// the egress helpers of policed ones) are on sandboxd's network, where a
-// sandbox reaches its gateway but not another sandbox; on Docker's bridge
-// the same probe connects (TestSecurityNetworkDeny's control).
+// TestSecurityNetworkIsolated: with network_mode unset, sandboxes are on
+// sandboxd's network, where a sandbox reaches its gateway but not another
+// sandbox, nor a policed one; on Docker's bridge the same probe connects
+// (TestSecurityNetworkDeny's control).
 func TestSecurityNetworkIsolated(t *testing.T) {
 	s := startServer(t)
 	removeInstanceHelpersAtEnd(t, s)
@@ -402,8 +403,10 @@ func TestSecurityNetworkIsolated(t *testing.T) {
 			t.Errorf("sandbox %s has network mode %q, want sandboxd", id, mode)
 		}
 	}
-	if hs := containersByLabel(t, labelEgressFor, policed.ID); len(hs) != 1 || inspectContainer(t, hs[0].ID).HostConfig.NetworkMode != "sandboxd" {
-		t.Errorf("the egress helper of the policed sandbox is not alone on network sandboxd: %d helpers", len(hs))
+	// Without dns_upstream the helper stays on Docker's bridge (see
+	// Manager.helperNetwork), and still resolves names.
+	if hs := containersByLabel(t, labelEgressFor, policed.ID); len(hs) != 1 || inspectContainer(t, hs[0].ID).HostConfig.NetworkMode != "bridge" {
+		t.Errorf("the policed sandbox does not have one egress helper on Docker's bridge: %d helpers", len(hs))
 	}
 	nw, err := dockerClient(t).NetworkInspect(context.Background(), "sandboxd", network.InspectOptions{})
 	if err != nil || nw.Options["com.docker.network.bridge.enable_icc"] != "false" || nw.Labels["io.sandboxd.network"] == "" {
@@ -412,23 +415,28 @@ func TestSecurityNetworkIsolated(t *testing.T) {
 
 	// A sandbox here does reach its gateway (the host; see
 	// TestSecurityContainerHardening): the network is not just down.
-	ip := secListen(t, a, "sandboxd").IPAddress
+	secListen(t, a)
+	ip := secEndpoint(t, sandboxContainer(t, a.ID), "sandboxd").IPAddress
 	if out, code := b.secShell(t, "nc -w 10 "+ip+" 9999 </dev/null"); code == 0 || out == "hi" {
 		t.Errorf("a sandbox reached another on sandboxd's network: %q, exit %d", out, code)
 	}
+	helper := containersByLabel(t, labelEgressFor, policed.ID)[0].ID
+	policedIP := secEndpoint(t, inspectContainer(t, helper), "bridge").IPAddress
+	secListen(t, policed)
+	if out, code := b.secShell(t, "nc -w 10 "+policedIP+" 9999 </dev/null"); code == 0 || out == "hi" {
+		t.Errorf("a sandbox reached a policed one on Docker's bridge: %q, exit %d", out, code)
+	}
 }
 
-// secListen starts a TCP server answering "hi" on port 9999 in box, waits
-// until it answers locally, and returns the box's endpoint on network nw.
-func secListen(t *testing.T, box *execdBox, nw string) *network.EndpointSettings {
+// secListen starts a TCP server answering "hi" on port 9999 in box and
+// waits until it answers locally.
+func secListen(t *testing.T, box *execdBox) {
 	t.Helper()
-	ep := secEndpoint(t, sandboxContainer(t, box.ID), nw)
 	box.run(t, map[string]any{"command": "while true; do echo hi | nc -l -p 9999; done", "background": true})
 	waitUntil(t, secWait, "the listener in the sandbox", func() bool {
 		_, code := box.secShell(t, "nc -w 5 127.0.0.1 9999 </dev/null")
 		return code == 0
 	})
-	return ep
 }
 
 // secEndpoint returns a container's endpoint on network nw.

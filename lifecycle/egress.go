@@ -183,7 +183,7 @@ func (m *Manager) startEgress(ctx context.Context, p *createPlan) error {
 	hid, err := er.CreateEgressHelper(ctx, runtime.Spec{
 		Name: egressName(p.rec.ID), Image: p.spec.Image, Platform: p.spec.Platform,
 		Labels:      map[string]string{LabelEgressFor: p.rec.ID, LabelEgressInstance: m.instance},
-		NetworkMode: p.spec.NetworkMode,
+		NetworkMode: m.helperNetwork(p.spec.NetworkMode),
 	})
 	if err != nil {
 		return fmt.Errorf("egress helper: %w", err)

@@ -40,3 +40,25 @@ func TestDefaultNetwork(t *testing.T) {
 		t.Errorf("sandbox network %q, want bridge", got)
 	}
 }
+
+// TestHelperNetwork: an egress helper joins its sandbox's network, except
+// sandboxd's own without dns_upstream, where no name would resolve.
+func TestHelperNetwork(t *testing.T) {
+	for _, c := range []struct {
+		mode string
+		ups  []string
+		want string
+	}{
+		{"", nil, "bridge"},
+		{"", []string{"192.0.2.53"}, DefaultNetwork},
+		{"bridge", nil, "bridge"},
+		{"mynet", nil, "mynet"},
+	} {
+		m := &Manager{cfg: config.Default()}
+		m.cfg.Docker.NetworkMode = c.mode
+		m.cfg.Egress.DNSUpstream = c.ups
+		if got := m.helperNetwork(m.network()); got != c.want {
+			t.Errorf("network_mode %q, dns_upstream %v: helper on %q, want %q", c.mode, c.ups, got, c.want)
+		}
+	}
+}
