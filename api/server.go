@@ -289,6 +289,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.mgr.Metrics().WritePrometheus(w, byState)
+	lifecycle.WriteEgressPrometheus(w, s.mgr.EgressStats(r.Context()))
 	writeProcessMetrics(w)
 }
 

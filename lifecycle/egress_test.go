@@ -129,6 +129,10 @@ func (f *egressFake) StartEgress(_ context.Context, helper string, args []string
 		return nil, runtime.ErrNotFound
 	}
 	s := &fakeSession{done: make(chan struct{}), h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stats" {
+			_ = json.NewEncoder(w).Encode(egress.Stats{DNSAllowed: 3, DNSDenied: 2, ConnDenied: 1})
+			return
+		}
 		var p egress.Policy
 		_ = json.NewDecoder(r.Body).Decode(&p)
 		f.mu.Lock()
@@ -284,5 +288,32 @@ func TestEgressDefaultPolicy(t *testing.T) {
 			t.Errorf("default_policy %+v: %v, want a start-up error", c.dp, err)
 		}
 		store.Close()
+	}
+}
+
+// TestEgressStats: the verdict counts of a policed sandbox's daemon reach
+// /metrics with its id; an unpoliced sandbox has no series.
+func TestEgressStats(t *testing.T) {
+	e := newEnv(t, nil)
+	e.m.rt = &egressFake{Runtime: e.rt}
+	e.create(t, validRequest())
+	req := validRequest()
+	req.NetworkPolicy = &NetworkPolicy{DefaultAction: "deny"}
+	sb, _ := e.create(t, req)
+	stats := e.m.EgressStats(context.Background())
+	if want := (egress.Stats{DNSAllowed: 3, DNSDenied: 2, ConnDenied: 1}); len(stats) != 1 || stats[sb.ID] != want {
+		t.Fatalf("stats %+v, want only %s: %+v", stats, sb.ID, want)
+	}
+	var b strings.Builder
+	WriteEgressPrometheus(&b, stats)
+	for _, line := range []string{
+		`sandboxd_egress_dns_total{sandbox_id="` + sb.ID + `",verdict="denied"} 2`,
+		`sandboxd_egress_dns_total{sandbox_id="` + sb.ID + `",verdict="allowed"} 3`,
+		`sandboxd_egress_connections_total{sandbox_id="` + sb.ID + `",verdict="denied"} 1`,
+		"# TYPE sandboxd_egress_connections_total counter",
+	} {
+		if !strings.Contains(b.String(), line+"\n") {
+			t.Errorf("metrics lack %q:\n%s", line, b.String())
+		}
 	}
 }

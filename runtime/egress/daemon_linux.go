@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -124,6 +125,9 @@ type daemon struct {
 	upstreams []netip.AddrPort
 	guarded   []netip.Prefix
 	client    *dns.Client
+
+	// verdicts, reported on GET /stats
+	dnsAllowed, dnsDenied, connAllowed, connDenied atomic.Uint64
 
 	mu      sync.Mutex
 	policy  Policy
@@ -279,6 +283,7 @@ func (d *daemon) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 	if !allowed {
 		// sandboxd rate-limits the lines it logs from this stderr.
 		d.log.Warn("egress: denied lookup", "name", name)
+		d.dnsDenied.Add(1)
 		m := new(dns.Msg)
 		m.SetRcode(q, dns.RcodeNameError)
 		_ = w.WriteMsg(m)
@@ -291,6 +296,7 @@ func (d *daemon) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 		_ = w.WriteMsg(m)
 		return
 	}
+	d.dnsAllowed.Add(1)
 	d.learn(name, resp)
 	_ = w.WriteMsg(resp)
 }
@@ -351,6 +357,13 @@ func (d *daemon) routes() http.Handler {
 	// /ping is how sandboxd's exec transport knows the session is up.
 	mux.HandleFunc("GET /ping", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(Stats{
+			DNSAllowed: d.dnsAllowed.Load(), DNSDenied: d.dnsDenied.Load(),
+			ConnAllowed: d.connAllowed.Load(), ConnDenied: d.connDenied.Load(),
+		})
+	})
 	mux.HandleFunc("PUT /policy", func(w http.ResponseWriter, r *http.Request) {
 		var p Policy
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(&p); err != nil {

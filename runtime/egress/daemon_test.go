@@ -3,6 +3,9 @@
 package egress
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -37,5 +40,18 @@ func TestParseUpstreams(t *testing.T) {
 	}
 	if _, err := parseUpstreams("dns.example.com"); err == nil {
 		t.Error("a name was accepted as upstream")
+	}
+}
+
+// TestStatsRoute: GET /stats reports the daemon's verdict counts.
+func TestStatsRoute(t *testing.T) {
+	d := &daemon{}
+	d.dnsDenied.Add(2)
+	d.connAllowed.Add(1)
+	w := httptest.NewRecorder()
+	d.routes().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/stats", nil))
+	var got Stats
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || got != (Stats{DNSDenied: 2, ConnAllowed: 1}) {
+		t.Fatalf("GET /stats = %d %q (%v)", w.Code, w.Body.String(), err)
 	}
 }

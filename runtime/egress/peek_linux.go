@@ -73,6 +73,7 @@ func (d *daemon) relay(c *net.TCPConn, tls bool) {
 		d.mu.Unlock()
 		if !allowed {
 			d.log.Warn("egress: denied connection", "name", name, "dst", dst)
+			d.connDenied.Add(1)
 			return
 		}
 	}
@@ -83,6 +84,7 @@ func (d *daemon) relay(c *net.TCPConn, tls bool) {
 	if err != nil {
 		return // the address rules dropped it, or nothing listens
 	}
+	d.connAllowed.Add(1)
 	defer up.Close()
 	if _, err := up.Write(head); err != nil {
 		return

@@ -221,3 +221,13 @@ func (p Policy) Without(targets []string) (Policy, bool, error) {
 	}
 	return out, len(out.Egress) != len(p.Egress), nil
 }
+
+// Stats are a daemon's verdicts since it started: lookups answered by its
+// resolver, and connections on 80/443 its proxy decided by name (others
+// are decided by address in the kernel and not counted).
+type Stats struct {
+	DNSAllowed  uint64 `json:"dnsAllowed"`
+	DNSDenied   uint64 `json:"dnsDenied"`
+	ConnAllowed uint64 `json:"connectionsAllowed"`
+	ConnDenied  uint64 `json:"connectionsDenied"`
+}
