@@ -192,8 +192,16 @@ func TestEgressPolicy(t *testing.T) {
 	if !reach(t, pol, w.allowedName) {
 		t.Errorf("allowed name is unreachable")
 	}
+	deniedDNS := `sandboxd_egress_dns_total{sandbox_id="` + pol.ID + `",verdict="denied"}`
+	before, ok := scrapeMetrics(t, s)[deniedDNS]
+	if !ok {
+		t.Errorf("/metrics has no %s", deniedDNS)
+	}
 	if out := lookup(t, pol, w.deniedName, ""); !strings.Contains(out, "NXDOMAIN") {
 		t.Errorf("denied name is not NXDOMAIN: %s", out)
+	}
+	if after := scrapeMetrics(t, s)[deniedDNS]; after <= before {
+		t.Errorf("%s went from %v to %v after a denied lookup", deniedDNS, before, after)
 	}
 	waitUntil(t, secWait, "the denied lookup in sandboxd's log, with the sandbox id", func() bool {
 		log, _ := os.ReadFile(s.LogPath)
