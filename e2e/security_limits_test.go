@@ -163,9 +163,11 @@ func TestSecurityConnectionFlood(t *testing.T) {
 
 // TestSecurityAgentLogFlood has sandbox code write 20 000 lines to the
 // agent's stderr, which sandboxd relays into its own log: a burst gets
-// through, the rest is counted as dropped.
+// through, the rest is counted as dropped. It runs on the exec transport,
+// whose bridge relays its stderr: on the direct path there is no bridge,
+// and the daemon's log reaches sandboxd through the same limiter.
 func TestSecurityAgentLogFlood(t *testing.T) {
-	s := startServer(t)
+	s := startServer(t, withTOML("[docker]\nagent_transport = \"exec\"\n"))
 	box := newExecdBox(t, s, busyboxRequest())
 	if _, code := box.secShell(t, `for p in $(pidof sandboxd); do seq 1 20000 | sed 's/^/agent-flood-/' > /proc/$p/fd/2; done`); code != 0 {
 		t.Fatalf("flood exited %d", code)
