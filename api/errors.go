@@ -89,7 +89,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if status >= 500 {
 		s.log.Error("request failed", "request_id", lifecycle.RequestID(r.Context()), "path", r.URL.Path, "code", e.Code, "err", err)
 	}
-	writeError(w, r, status, e.Code, e.Message)
+	s.refuse(w, r, status, e.Code, e.Message)
+}
+
+// refuse is writeError for a lifecycle code, which may be engine-scoped
+// (lifecycle.EngineScope): it goes out with the runtime's prefix.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	writeError(w, r, status, lifecycle.WireCode(code, s.mgr.Engine()), msg)
 }
 
 // decodeJSON reads a bounded JSON body into v; it writes a 413, 415 or 422

@@ -27,7 +27,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	id := vars["id"]
 	port, err := strconv.Atoi(vars["port"])
 	if err != nil || port < 1 || port > 65535 {
-		writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidPort, "port must be between 1 and 65535")
+		s.refuse(w, r, http.StatusBadRequest, lifecycle.CodeInvalidPort, "port must be between 1 and 65535")
 		return
 	}
 	cred, ok := s.authorizeProxy(w, r, id)

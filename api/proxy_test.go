@@ -200,7 +200,7 @@ func TestTransfersOfRunningSandboxGoToAgent(t *testing.T) {
 // stop makes a sandbox's container exited: its files move through the
 // archive API.
 func (e *env) stop(t *testing.T, id string) {
-	e.rt.Set(t, "sandbox-"+id, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+	e.rt.Set(t, "sandbox-"+id, func(c *runtime.Container) { c.State = runtime.StateExited })
 }
 
 // TestUploadDownload covers the archive API's path, for a stopped sandbox.

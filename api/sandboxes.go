@@ -197,7 +197,7 @@ func (s *Server) handleEndpoint(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidParameter, "use_server_proxy and expires cannot be combined")
 			return
 		}
-		writeError(w, r, http.StatusBadRequest, lifecycle.CodeAPINotSupported, "signed endpoints (expires) are not supported by the docker runtime")
+		writeError(w, r, http.StatusBadRequest, lifecycle.CodeAPINotSupported, "signed endpoints (expires) are not supported by the "+s.mgr.Engine()+" runtime")
 		return
 	}
 	ep, err := s.mgr.Endpoint(r.Context(), vars["id"], port, r.Host)

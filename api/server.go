@@ -141,7 +141,7 @@ func (s *Server) serving(w http.ResponseWriter, r *http.Request) bool {
 	err := s.mgr.Ready()
 	if e, ok := lifecycle.AsError(err); ok {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, r, kindStatus[e.Kind], e.Code, e.Message)
+		s.refuse(w, r, kindStatus[e.Kind], e.Code, e.Message)
 		return false
 	}
 	return true

@@ -43,7 +43,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, id strin
 		return
 	}
 	if r.Header.Get("Range") != "" || q.Get("offset") != "" || q.Get("limit") != "" {
-		writeError(w, r, http.StatusConflict, lifecycle.CodeNotRunning, "sandbox "+id+" is not running: byte ranges and line mode (offset, limit) are served only while it runs; download the whole file")
+		s.refuse(w, r, http.StatusConflict, lifecycle.CodeNotRunning, "sandbox "+id+" is not running: byte ranges and line mode (offset, limit) are served only while it runs; download the whole file")
 		return
 	}
 	f, err := s.mgr.OpenFile(r.Context(), id, p)

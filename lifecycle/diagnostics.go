@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/sandboxd/sandboxd/runtime"
 	"io"
 	"strings"
 	"time"
@@ -62,14 +63,10 @@ func (m *Manager) Events(ctx context.Context, id string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	short := c.ID
-	if len(short) > 12 {
-		short = short[:12]
-	}
 	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 	lines := []string{
-		fmt.Sprintf("Container:  %s (%s)", short, c.Name),
-		"Status:     " + c.Status,
+		fmt.Sprintf("Container:  %s (%s)", runtime.ShortID(c.ID), c.Name),
+		"Status:     " + c.State.String(),
 		"Created:    " + at(c.Created),
 	}
 	if !c.StartedAt.IsZero() {
@@ -78,13 +75,13 @@ func (m *Manager) Events(ctx context.Context, id string) ([]string, error) {
 	if !c.FinishedAt.IsZero() {
 		lines = append(lines, "Finished:   "+at(c.FinishedAt))
 	}
-	if c.Paused {
+	if c.State == runtime.StatePaused {
 		lines = append(lines, "Event:      Paused")
 	}
 	if c.OOMKilled {
 		lines = append(lines, "Event:      OOMKilled - container was killed for exceeding its memory limit")
 	}
-	if !c.Running && !c.FinishedAt.IsZero() {
+	if !c.State.Active() && !c.FinishedAt.IsZero() {
 		lines = append(lines, fmt.Sprintf("Event:      Exited with code %d", c.ExitCode))
 	}
 	if e := strings.TrimSpace(c.Error); e != "" {

@@ -24,7 +24,7 @@ func TestEvents(t *testing.T) {
 
 	finished := e.clock.Now().Add(time.Minute)
 	e.rt.Set(t, cid, func(c *runtime.Container) {
-		c.Status, c.Running, c.ExitCode, c.OOMKilled, c.FinishedAt, c.Error = "exited", false, 137, true, finished, "out of memory"
+		c.State, c.ExitCode, c.OOMKilled, c.FinishedAt, c.Error = runtime.StateExited, 137, true, finished, "out of memory"
 	})
 	lines, _ = e.m.Events(context.Background(), sb.ID)
 	want = append(want[:1:1], "Status:     exited", want[2], want[3], "Finished:   "+finished.Format(time.RFC3339Nano),

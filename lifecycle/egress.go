@@ -148,14 +148,14 @@ func (m *Manager) planEgress(p *createPlan, pol *egress.Policy) error {
 		if pol.DefaultAction != egress.Deny || len(pol.Egress) > 0 {
 			return errf(KindInvalid, CodeInvalidParameter, "networkPolicy: this runtime enforces only {\"defaultAction\":\"deny\"} with no egress rules (a sandbox without network)")
 		}
-		p.spec.NetworkMode = "none"
+		p.spec.Network = runtime.Network{Mode: runtime.NetworkNone}
 		return nil
 	}
-	if p.spec.NetworkMode == "none" {
+	if p.spec.Network.Mode == runtime.NetworkNone {
 		// Nothing to police: no network at all is stricter than any policy.
 		return nil
 	}
-	if rt := p.spec.OCIRuntime; rt != "" && rt != "runc" {
+	if rt := p.spec.RuntimeClass; rt != "" && rt != "runc" {
 		// gVisor and VM runtimes send the sandbox's packets past the
 		// namespace's netfilter hooks: the firewall would see nothing.
 		return errf(KindInvalid, CodeInvalidParameter, "networkPolicy is not supported with [docker] runtime = %q: its network stack bypasses the egress firewall", rt)
@@ -165,11 +165,11 @@ func (m *Manager) planEgress(p *createPlan, pol *egress.Policy) error {
 	// firewall it shares with the helper (NET_RAW can set socket marks).
 	// Dropped explicitly too: Docker's default set, which a config without
 	// drop_capabilities keeps, has NET_RAW.
-	p.spec.CapAdd = slices.DeleteFunc(slices.Clone(p.spec.CapAdd), func(c string) bool {
-		c = strings.TrimPrefix(strings.ToUpper(c), "CAP_")
+	caps := &p.spec.Capabilities
+	caps.Add = slices.DeleteFunc(slices.Clone(caps.Add), func(c string) bool {
 		return c == "NET_ADMIN" || c == "NET_RAW" || c == "ALL"
 	})
-	p.spec.CapDrop = append(slices.Clone(p.spec.CapDrop), "NET_ADMIN", "NET_RAW")
+	caps.Drop = append(slices.Clone(caps.Drop), "NET_ADMIN", "NET_RAW")
 	return nil
 }
 
@@ -182,8 +182,8 @@ func (m *Manager) startEgress(ctx context.Context, p *createPlan) error {
 	er, _ := m.egressRuntime()
 	hid, err := er.CreateEgressHelper(ctx, runtime.Spec{
 		Name: egressName(p.rec.ID), Image: p.spec.Image, Platform: p.spec.Platform,
-		Labels:      map[string]string{LabelEgressFor: p.rec.ID, LabelEgressInstance: m.instance},
-		NetworkMode: m.helperNetwork(p.spec.NetworkMode),
+		Labels:  map[string]string{LabelEgressFor: p.rec.ID, LabelEgressInstance: m.instance},
+		Network: m.helperNetwork(p.spec.Network),
 	})
 	if err != nil {
 		return fmt.Errorf("egress helper: %w", err)
@@ -196,7 +196,7 @@ func (m *Manager) startEgress(ctx context.Context, p *createPlan) error {
 	// Kept so that a restarted daemon never reads the resolver file the
 	// sandbox can write.
 	p.rec.EgressUpstreams = ups
-	p.spec.NetworkMode = "container:" + hid
+	p.spec.Network = runtime.Network{Mode: runtime.NetworkJoin, Name: hid}
 	return nil
 }
 

@@ -168,12 +168,13 @@ func TestEgressLifecycle(t *testing.T) {
 	sb, cid := e.create(t, req)
 	rec, _ := e.store.Sandbox(sb.ID)
 	spec := e.rt.Spec(t, cid)
-	if rec.EgressHelper == "" || spec.NetworkMode != "container:"+rec.EgressHelper {
-		t.Fatalf("sandbox network %q, helper %q", spec.NetworkMode, rec.EgressHelper)
+	if want := (runtime.Network{Mode: runtime.NetworkJoin, Name: rec.EgressHelper}); rec.EgressHelper == "" || spec.Network != want {
+		t.Fatalf("sandbox network %+v, helper %q", spec.Network, rec.EgressHelper)
 	}
-	if slices.Contains(spec.CapAdd, "NET_RAW") || slices.Contains(spec.CapAdd, "cap_net_admin") ||
-		!slices.Contains(spec.CapDrop, "NET_RAW") || !slices.Contains(spec.CapDrop, "NET_ADMIN") {
-		t.Errorf("a policed sandbox keeps %v (drops %v)", spec.CapAdd, spec.CapDrop)
+	caps := spec.Capabilities
+	if slices.Contains(caps.Add, "NET_RAW") || slices.Contains(caps.Add, "NET_ADMIN") ||
+		!slices.Contains(caps.Drop, "NET_RAW") || !slices.Contains(caps.Drop, "NET_ADMIN") {
+		t.Errorf("a policed sandbox keeps %v (drops %v)", caps.Add, caps.Drop)
 	}
 	if h := e.rt.Spec(t, rec.EgressHelper); h.Labels[LabelEgressFor] != sb.ID || h.Labels[LabelEgressInstance] != e.m.instance || h.Labels[LabelInstance] != "" {
 		t.Errorf("helper labels %v", h.Labels)
@@ -222,10 +223,10 @@ func TestEgressLifecycle(t *testing.T) {
 	}
 
 	// A runtime whose network stack bypasses netfilter cannot be policed.
-	e.m.cfg.Docker.OCIRuntime = "runsc"
+	e.m.defaults.base.RuntimeClass = "runsc"
 	_, err := e.m.Create(context.Background(), req)
 	wantCode(t, err, KindInvalid, CodeInvalidParameter)
-	e.m.cfg.Docker.OCIRuntime = ""
+	e.m.defaults.base.RuntimeClass = ""
 
 	// A policy the daemon cannot apply fails the create and leaves nothing.
 	f.fail = true

@@ -133,7 +133,7 @@ func (m *Manager) busy(ctx context.Context, rec *Record) bool {
 	defer cancel()
 	// A paused or stopped sandbox runs nothing; asking its agent would
 	// only wait for the timeout.
-	if c, err := m.rt.Inspect(ctx, rec.ContainerID); err != nil || !c.Running || c.Paused {
+	if c, err := m.rt.Inspect(ctx, rec.ContainerID); err != nil || c.State != runtime.StateRunning {
 		return false
 	}
 	rt, err := m.rt.Agent(ctx, rec.ContainerID)
@@ -237,7 +237,7 @@ func (m *Manager) repairStuck(ctx context.Context) {
 		return // the sweep's own calls report an engine that is down
 	}
 	for _, c := range conts {
-		if !c.Paused {
+		if c.State != runtime.StatePaused {
 			continue
 		}
 		fixed, err := rp.Repair(ctx, c.ID)
@@ -300,9 +300,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			continue
 		}
 		if rec == nil || rec.State != recordReady {
-			m.log.Warn("removing half-created sandbox container", "sandbox_id", id, "container", c.ID[:12])
+			m.log.Warn("removing half-created sandbox container", "sandbox_id", id, "container", runtime.ShortID(c.ID))
 			if err := m.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-				m.log.Error("remove half-created container", "container", c.ID[:12], "err", err)
+				m.log.Error("remove half-created container", "container", runtime.ShortID(c.ID), "err", err)
 			}
 			continue
 		}

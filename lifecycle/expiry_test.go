@@ -146,7 +146,7 @@ func TestSweepIdle(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tt.paused {
-				e.rt.Set(t, cid, func(c *runtime.Container) { c.Paused, c.Status = true, "paused" })
+				e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StatePaused })
 			}
 			e.clock.Advance(11 * time.Minute) // idle for at least 11 min, TTL not reached
 			e.m.Sweep(context.Background())

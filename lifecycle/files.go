@@ -146,13 +146,20 @@ func (m *Manager) stopped(ctx context.Context, id string) (*Record, runtime.Cont
 	switch {
 	case err != nil:
 		return nil, c, err
-	case c.Paused:
+	case c.State == runtime.StatePaused:
 		return nil, c, errPausedFiles(id)
-	case c.Running:
+	case c.State.Active():
 		return nil, c, errf(KindConflict, CodeNotRunning, "sandbox %s is running but its agent is not: files cannot be moved", id)
+	}
+	if _, ok := m.rt.(runtime.Archive); !ok {
+		return nil, c, errf(KindConflict, CodeNotRunning, "sandbox %s is not running, and this runtime moves files only through the sandbox's agent", id)
 	}
 	return rec, c, nil
 }
+
+// archive is the runtime's archive copy; only called on a sandbox that
+// stopped returned, which checked that the runtime has it.
+func (m *Manager) archive() runtime.Archive { return m.rt.(runtime.Archive) }
 
 // PutFile writes one uploaded file into a stopped sandbox with Docker's
 // archive API (see FilesTransport). Missing parent directories are
@@ -193,7 +200,7 @@ func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content
 	if mode == 0 {
 		// Only a regular file's mode is kept: a symlink's is 0777.
 		mode = 0o644
-		if st, err := m.rt.StatPath(ctx, rec.ContainerID, p); err == nil && st.Mode.IsRegular() {
+		if st, err := m.archive().StatPath(ctx, rec.ContainerID, p); err == nil && st.Mode.IsRegular() {
 			mode = st.Mode.Perm()
 		}
 	}
@@ -257,7 +264,7 @@ func (m *Manager) putArchive(ctx context.Context, t archiveTarget, size int64, b
 	// The file's data is padded to a whole block, then two zero blocks end
 	// the archive.
 	tail := make([]byte, (tarBlock-size%tarBlock)%tarBlock+2*tarBlock)
-	err = m.rt.PutArchive(ctx, t.cid, t.dir, io.MultiReader(bytes.NewReader(head), src, bytes.NewReader(tail)))
+	err = m.archive().PutArchive(ctx, t.cid, t.dir, io.MultiReader(bytes.NewReader(head), src, bytes.NewReader(tail)))
 	if src.err != nil {
 		return src.err
 	}
@@ -396,7 +403,7 @@ func tarHead(t archiveTarget, size int64) ([]byte, error) {
 func (m *Manager) existingAncestor(ctx context.Context, cid, dir string) (string, []string, error) {
 	var missing []string
 	for {
-		st, err := m.rt.StatPath(ctx, cid, dir)
+		st, err := m.archive().StatPath(ctx, cid, dir)
 		if err == nil {
 			if !st.IsDir && st.Mode&os.ModeSymlink == 0 {
 				return "", nil, errf(KindInvalid, CodeInvalidFileMeta, "%s exists and is not a directory", dir)
@@ -454,7 +461,7 @@ func (m *Manager) OpenFile(ctx context.Context, id, p string) (*File, error) {
 		return nil, err
 	}
 	for hops := 0; hops < 16; hops++ {
-		rc, st, err := m.rt.GetArchive(ctx, rec.ContainerID, p)
+		rc, st, err := m.archive().GetArchive(ctx, rec.ContainerID, p)
 		if err != nil {
 			return nil, m.fileError(err, p)
 		}

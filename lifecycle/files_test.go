@@ -73,7 +73,7 @@ func TestSpool(t *testing.T) {
 // stopSandbox makes a sandbox's container exited, the only state in which
 // files move through the archive API.
 func stopSandbox(t *testing.T, e *testEnv, cid string) {
-	e.rt.Set(t, cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+	e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StateExited })
 }
 
 // TestFilesTransport checks which path files take in each state: the agent

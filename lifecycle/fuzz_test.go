@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/runtime/hostpath"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
@@ -65,7 +66,7 @@ func FuzzParseResources(f *testing.F) {
 			}
 			return
 		}
-		if r.NanoCPUs < 1e6 || r.MemoryBytes < 6<<20 || r.GPUCount < -1 {
+		if r.NanoCPUs < 1e6 || r.MemoryBytes < 6<<20 || r.GPUs < -1 {
 			t.Fatalf("ParseResources(%v) = %+v, out of range", limits, r)
 		}
 	})
@@ -170,7 +171,8 @@ func FuzzCheckHostPath(f *testing.F) {
 		p = strings.ReplaceAll(p, "ROOT", root)
 		_, statErr := os.Lstat(p)
 		existed := statErr == nil
-		got, prefix, err := m.checkHostPath(context.Background(), "v", p)
+		mnt, err := m.checkHostPath(context.Background(), "v", p)
+		got, prefix := mnt.Source, mnt.Beneath
 		if err != nil {
 			var e *Error
 			if !errors.As(err, &e) || (e.Code != CodeVolInvalidHostPath && e.Code != CodeVolHostNotAllowed) {
@@ -182,14 +184,14 @@ func FuzzCheckHostPath(f *testing.F) {
 		} else {
 			// Nothing is created by the check (the runtime creates below
 			// prefix without following symlinks), so judge what exists.
-			real, err := resolveExisting(got)
+			real, err := hostpath.Resolve(got)
 			if err != nil {
 				t.Fatalf("checkHostPath(%q) = %q, which does not resolve: %v", p, got, err)
 			}
-			if !within(real, allowed) || within(real, state) || within(state, real) {
+			if !hostpath.Within(real, allowed) || hostpath.Within(real, state) || hostpath.Within(state, real) {
 				t.Fatalf("checkHostPath(%q) = %q (really %q), outside %s or over the state dir", p, got, real, allowed)
 			}
-			if prefix != allowed || !within(got, prefix) {
+			if prefix != allowed || !hostpath.Within(got, prefix) {
 				t.Fatalf("checkHostPath(%q) = %q below %q, want below %s", p, got, prefix, allowed)
 			}
 			if _, err := os.Lstat(p); err == nil && !existed {
@@ -218,8 +220,8 @@ func FuzzParseHardening(f *testing.F) {
 		if hasUser {
 			ext[ExtUser] = user
 		}
-		d := config.Docker{ReadOnlyRootfs: cfgRO, User: cfgUser}
-		h, err := parseHardening(ext, d)
+		d := defaultsFrom(config.Config{Docker: config.Docker{ReadOnlyRootfs: cfgRO, User: cfgUser}})
+		h, err := d.parseHardening(ext)
 		if err != nil {
 			if e, ok := AsError(err); !ok || e.Kind != KindInvalid || e.Code != CodeInvalidParameter {
 				t.Fatalf("parseHardening(%v) error %v, want a 400", ext, err)

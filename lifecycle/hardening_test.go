@@ -3,7 +3,6 @@
 package lifecycle
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/config"
@@ -38,7 +37,7 @@ func TestParseHardening(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h, err := parseHardening(tt.ext, tt.cfg)
+			h, err := defaultsFrom(config.Config{Docker: tt.cfg}).parseHardening(tt.ext)
 			if tt.wantError {
 				wantCode(t, err, KindInvalid, CodeInvalidParameter)
 				return
@@ -73,12 +72,12 @@ func TestCreateHardeningSpec(t *testing.T) {
 			req.Extensions = tt.ext
 			sb, cid := e.create(t, req)
 			spec := e.rt.Spec(t, cid)
-			if spec.ReadOnlyRootfs != tt.wantRO || spec.User != tt.wantUser {
-				t.Errorf("spec read-only %v user %q, want %v %q", spec.ReadOnlyRootfs, spec.User, tt.wantRO, tt.wantUser)
+			if spec.ReadOnlyRoot != tt.wantRO || spec.User != tt.wantUser {
+				t.Errorf("spec read-only %v user %q, want %v %q", spec.ReadOnlyRoot, spec.User, tt.wantRO, tt.wantUser)
 			}
-			tmp, ok := spec.Tmpfs["/tmp"]
-			if ok != tt.wantTmpfs || (ok && !strings.Contains(tmp, "exec") || strings.Contains(tmp, "noexec")) {
-				t.Errorf("spec tmpfs %v, want /tmp (exec): %v", spec.Tmpfs, tt.wantTmpfs)
+			ok := len(spec.Tmpfs) == 1 && spec.Tmpfs[0].Path == "/tmp"
+			if ok != tt.wantTmpfs || (ok && !spec.Tmpfs[0].Exec) || (!ok && len(spec.Tmpfs) > 0) {
+				t.Errorf("spec tmpfs %+v, want /tmp (exec): %v", spec.Tmpfs, tt.wantTmpfs)
 			}
 			rec, err := e.store.Sandbox(sb.ID)
 			if err != nil {

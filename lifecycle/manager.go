@@ -52,6 +52,7 @@ const TokenHeader = "X-EXECD-ACCESS-TOKEN"
 // Manager implements the lifecycle API on a Runtime.
 type Manager struct {
 	cfg      config.Config
+	defaults defaults
 	rt       runtime.Runtime
 	store    *Store
 	log      *slog.Logger
@@ -69,9 +70,6 @@ type Manager struct {
 
 	mu       sync.Mutex
 	activity map[string]time.Time // last activity by sandbox id, not yet persisted
-
-	engineMu    sync.Mutex
-	enginePaths []string // the engine's own host paths, once known
 
 	// paused holds the ids of sandboxes paused through sandboxd: their
 	// agent is frozen, so file transfers are refused instead of hanging.
@@ -95,7 +93,8 @@ func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) 
 		}
 		instance = v
 	}
-	if _, err := ParseResources(nil, cfg.Docker.DefaultCPU, cfg.Docker.DefaultMemory); err != nil {
+	def := defaultsFrom(cfg)
+	if _, err := ParseResources(nil, def.cpu, def.memory); err != nil {
 		return nil, fmt.Errorf("config [docker] default_cpu/default_memory: %w", err)
 	}
 	key, err := store.Secret("token-key")
@@ -103,7 +102,7 @@ func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) 
 		return nil, err
 	}
 	m := &Manager{
-		cfg: cfg, rt: rt, store: store, log: slog.New(requestIDHandler{log.Handler()}), instance: instance, tokenKey: key,
+		cfg: cfg, defaults: def, rt: rt, store: store, log: slog.New(requestIDHandler{log.Handler()}), instance: instance, tokenKey: key,
 		now: time.Now, activity: map[string]time.Time{}, metrics: newMetrics(),
 		life: life{phase: PhaseStarting, retry: reconcileRetry},
 	}
@@ -115,6 +114,10 @@ func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) 
 	}
 	return m, nil
 }
+
+// Engine is the runtime's name ("docker"), whose upper case prefixes the
+// engine-scoped error codes on the wire (see WireCode).
+func (m *Manager) Engine() string { return m.rt.Name() }
 
 // Instance returns the instance id carried by this manager's containers.
 func (m *Manager) Instance() string { return m.instance }
@@ -155,7 +158,7 @@ func (m *Manager) engineError(err error, what string) error {
 		return &Error{Kind: KindUnavailable, Code: CodeEngineTimeout, Message: "the Docker engine did not answer in time (" + what + ") though it answers for the others; retry later", Err: err}
 	}
 	if errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-		return &Error{Kind: KindUnavailable, Code: CodeDockerUnavailable, Message: "the Docker engine is unreachable (" + what + "); retry when it is back", Err: err}
+		return &Error{Kind: KindUnavailable, Code: CodeEngineUnavailable, Message: "the Docker engine is unreachable (" + what + "); retry when it is back", Err: err}
 	}
 	return &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: what + " failed", Err: err}
 }
@@ -241,7 +244,7 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if err != nil {
 		return nil, err
 	}
-	hard, err := parseHardening(req.Extensions, m.cfg.Docker)
+	hard, err := m.defaults.parseHardening(req.Extensions)
 	if err != nil {
 		return nil, err
 	}
@@ -290,16 +293,16 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 		return nil, errf(KindInvalid, CodeInvalidParameter, "timeout %d exceeds the server's max_sandbox_timeout_seconds (%d)", *req.Timeout, max)
 	}
 	if req.SecureAccess {
-		return nil, errf(KindInvalid, CodeInvalidParameter, "secureAccess is not supported when runtime.type='docker'")
+		return nil, errf(KindInvalid, CodeInvalidParameter, "secureAccess is not supported when runtime.type='%s'", m.rt.Name())
 	}
 	if l := strings.TrimSpace(string(req.Lifecycle)); l != "" && l != "null" {
-		return nil, errf(KindInvalid, CodeInvalidParameter, "lifecycle hooks (preStart, periodic) are not supported when runtime.type='docker'")
+		return nil, errf(KindInvalid, CodeInvalidParameter, "lifecycle hooks (preStart, periodic) are not supported when runtime.type='%s'", m.rt.Name())
 	}
 	policy, err := m.requestPolicy(req.NetworkPolicy)
 	if err != nil {
 		return nil, err
 	}
-	res, err := ParseResources(req.ResourceLimits, m.cfg.Docker.DefaultCPU, m.cfg.Docker.DefaultMemory)
+	res, err := ParseResources(req.ResourceLimits, m.defaults.cpu, m.defaults.memory)
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +352,7 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 	if renew > 0 {
 		labels[LabelRenewExtend] = strconv.Itoa(renew)
 	}
-	p.spec = m.containerSpec(id, image, req.Entrypoint, env, labels, res, m.network(), pv.mounts, hard)
+	p.spec = m.defaults.sandboxSpec(id, image, req.Entrypoint, env, labels, res, m.network(), pv.mounts, hard)
 	if platform != nil {
 		p.spec.Platform = platform.OS + "/" + platform.Arch
 	}
@@ -361,35 +364,6 @@ func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, err
 		m.assignPool(poolRef, p)
 	}
 	return p, nil
-}
-
-// containerSpec applies the hardening defaults to a sandbox container.
-func (m *Manager) containerSpec(id, image string, cmd, env []string, labels map[string]string, res Resources, network string, mounts []runtime.Mount, hard hardening) runtime.Spec {
-	d := m.cfg.Docker
-	spec := runtime.Spec{
-		Name: containerName(id), Image: image, Cmd: cmd, Env: env, Labels: labels,
-		NanoCPUs: res.NanoCPUs, MemoryBytes: res.MemoryBytes, GPUCount: res.GPUCount,
-		CPUShares: res.CPUShares, MemoryReservationBytes: res.MemoryReservation,
-		PidsLimit: d.PidsLimit, NetworkMode: network,
-		CapDrop: d.DropCapabilities, CapAdd: d.AddCapabilities,
-		ReadOnlyRootfs: hard.readOnlyRootfs, User: hard.user, OCIRuntime: d.OCIRuntime,
-		Mounts: mounts,
-	}
-	if d.NoNewPrivileges {
-		spec.SecurityOpt = append(spec.SecurityOpt, "no-new-privileges:true")
-	}
-	if d.SeccompProfile != "" {
-		spec.SecurityOpt = append(spec.SecurityOpt, "seccomp="+d.SeccompProfile)
-	}
-	if d.ApparmorProfile != "" {
-		spec.SecurityOpt = append(spec.SecurityOpt, "apparmor="+d.ApparmorProfile)
-	}
-	if hard.readOnlyRootfs {
-		// Scratch space. Docker mounts a tmpfs noexec unless told
-		// otherwise; a code sandbox exists to run code, so /tmp allows it.
-		spec.Tmpfs = map[string]string{"/tmp": "rw,exec,nosuid,nodev,size=256m"}
-	}
-	return spec
 }
 
 func buildEnv(env map[string]*string) ([]string, error) {
@@ -420,7 +394,7 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 	id := p.rec.ID
 	log := m.log.With("sandbox_id", id)
 	start := m.now()
-	if err := m.rt.EnsureImage(ctx, p.spec.Image, p.auth, p.spec.Platform, func(line string) {
+	if err := m.ensureImage(ctx, p.spec.Image, p.auth, p.spec.Platform, func(line string) {
 		log.InfoContext(ctx, "pulling image", "image", p.spec.Image, "progress", line)
 	}); err != nil {
 		m.metrics.CreateFailures.Add(1)
@@ -467,7 +441,7 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 	}
 	m.metrics.Creates.Add(1)
 	m.metrics.CreateSeconds.Observe(m.now().Sub(start))
-	log.InfoContext(ctx, "sandbox created", "image", p.spec.Image, "container", cid[:12], "duration_ms", m.now().Sub(start).Milliseconds())
+	log.InfoContext(ctx, "sandbox created", "image", p.spec.Image, "container", runtime.ShortID(cid), "duration_ms", m.now().Sub(start).Milliseconds())
 	sb := m.view(&p.rec, nil)
 	sb.Status = Status{State: "Running", Reason: "CONTAINER_RUNNING", Message: "Sandbox container started successfully.", LastTransitionAt: p.rec.CreatedAt}
 	return sb, nil
@@ -484,11 +458,7 @@ func (m *Manager) destroy(ctx context.Context, rec *Record, cid string) error {
 	if err := m.removeEgress(ctx, rec); err != nil {
 		return err
 	}
-	for _, v := range rec.ManagedVolumes {
-		if err := m.rt.RemoveVolume(ctx, v); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			m.log.Warn("remove managed volume", "sandbox_id", rec.ID, "volume", v, "err", err)
-		}
-	}
+	m.removeVolumes(ctx, rec.ManagedVolumes)
 	m.mu.Lock()
 	delete(m.activity, rec.ID)
 	m.mu.Unlock()
@@ -506,16 +476,16 @@ func status(c *runtime.Container) Status {
 		last = c.FinishedAt
 	}
 	last = wireTime(last)
-	switch {
-	case c.Paused:
+	switch c.State {
+	case runtime.StatePaused:
 		return Status{"Paused", "CONTAINER_PAUSED", "Sandbox container is paused.", last}
-	case c.Status == "restarting":
+	case runtime.StateRestarting:
 		return Status{"Running", "CONTAINER_RESTARTING", "Sandbox container is restarting.", last}
-	case c.Running:
+	case runtime.StateRunning:
 		return Status{"Running", "CONTAINER_RUNNING", "Sandbox container is running.", last}
-	case c.Status == "created":
+	case runtime.StateCreated:
 		return Status{"Pending", "CONTAINER_STARTING", "Sandbox container is starting.", last}
-	case c.Status == "exited" || c.Status == "dead":
+	case runtime.StateExited, runtime.StateDead:
 		if c.OOMKilled {
 			return Status{"Failed", "CONTAINER_OOM_KILLED", fmt.Sprintf("Sandbox container was killed for exceeding its memory limit (exit code %d).", c.ExitCode), last}
 		}
@@ -524,7 +494,7 @@ func status(c *runtime.Container) Status {
 		}
 		return Status{"Failed", "CONTAINER_EXITED_ERROR", fmt.Sprintf("Sandbox container exited with code %d.", c.ExitCode), last}
 	}
-	return Status{"Unknown", "CONTAINER_STATE_UNKNOWN", "Sandbox container state is " + c.Status + ".", last}
+	return Status{"Unknown", "CONTAINER_STATE_UNKNOWN", "Sandbox container state is " + c.State.String() + ".", last}
 }
 
 // view builds the API object from a record and (if known) its container.
@@ -610,7 +580,7 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Sandbox, Page, err
 		if rec.State == recordReady && c == nil {
 			continue // vanished; Get or the reaper forgets it
 		}
-		if c != nil && (c.Status == "exited" || c.Status == "dead") {
+		if c != nil && c.State.Stopped() {
 			// The list summary lacks the exit code and OOM flag.
 			if full, err := m.rt.Inspect(ctx, c.ID); err == nil {
 				c = &full
@@ -712,15 +682,19 @@ func mergePatch(cur map[string]string, patch map[string]*string) map[string]stri
 
 // Pause freezes a running sandbox.
 func (m *Manager) Pause(ctx context.Context, id string) error {
+	pauser, err := m.pauser()
+	if err != nil {
+		return err
+	}
 	rec, c, err := m.ready(ctx, id)
 	if err != nil {
 		return err
 	}
-	if !c.Running || c.Paused {
+	if c.State != runtime.StateRunning {
 		return errf(KindConflict, CodeNotRunning, "Sandbox is not in a running state (it is %s).", status(&c).State)
 	}
 	m.paused.Store(id, true)
-	if err := m.rt.Pause(ctx, rec.ContainerID); err != nil {
+	if err := pauser.Pause(ctx, rec.ContainerID); err != nil {
 		m.paused.Delete(id)
 		return m.opError(err, CodePauseFailed, "pause sandbox "+id)
 	}
@@ -729,18 +703,45 @@ func (m *Manager) Pause(ctx context.Context, id string) error {
 
 // Resume unfreezes a paused sandbox.
 func (m *Manager) Resume(ctx context.Context, id string) error {
+	pauser, err := m.pauser()
+	if err != nil {
+		return err
+	}
 	rec, c, err := m.ready(ctx, id)
 	if err != nil {
 		return err
 	}
-	if !c.Paused {
+	if c.State != runtime.StatePaused {
 		return errf(KindConflict, CodeNotPaused, "Sandbox is not paused (it is %s).", status(&c).State)
 	}
-	if err := m.rt.Unpause(ctx, rec.ContainerID); err != nil {
+	if err := pauser.Unpause(ctx, rec.ContainerID); err != nil {
 		return m.opError(err, CodeResumeFailed, "resume sandbox "+id)
 	}
 	m.paused.Delete(id)
 	m.Touch(id)
+	return nil
+}
+
+// pauser is the runtime's pause, or the error of a runtime without one.
+func (m *Manager) pauser() (runtime.Pauser, error) {
+	p, ok := m.rt.(runtime.Pauser)
+	if !ok {
+		return nil, m.unsupported("pause and resume are")
+	}
+	return p, nil
+}
+
+// unsupported is the answer to a call the runtime has no capability for.
+func (m *Manager) unsupported(what string) error {
+	return errf(KindNotImplemented, CodeAPINotSupported, "%s not supported when runtime.type='%s'", what, m.rt.Name())
+}
+
+// ensureImage pulls an image where the runtime manages images; others
+// fetch it on Create.
+func (m *Manager) ensureImage(ctx context.Context, ref string, auth *runtime.RegistryAuth, platform string, progress func(string)) error {
+	if im, ok := m.rt.(runtime.Images); ok {
+		return im.EnsureImage(ctx, ref, auth, platform, progress)
+	}
 	return nil
 }
 

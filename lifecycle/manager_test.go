@@ -147,20 +147,20 @@ func TestCreateSpec(t *testing.T) {
 	if spec.Name != "sandbox-"+sb.ID || spec.Image != "busybox:latest" || !slices.Equal(spec.Cmd, req.Entrypoint) {
 		t.Errorf("spec name %q image %q cmd %v", spec.Name, spec.Image, spec.Cmd)
 	}
-	if !slices.Equal(spec.CapDrop, []string{"ALL"}) {
-		t.Errorf("CapDrop = %v, want [ALL]", spec.CapDrop)
+	if caps := spec.Capabilities; !caps.DropAll || len(caps.Drop) != 0 {
+		t.Errorf("capabilities %+v, want all dropped", caps)
 	}
-	if slices.Contains(spec.CapAdd, "SYS_ADMIN") || slices.Contains(spec.CapAdd, "NET_RAW") {
-		t.Errorf("CapAdd = %v holds a dangerous capability", spec.CapAdd)
+	if slices.Contains(spec.Capabilities.Add, "SYS_ADMIN") || slices.Contains(spec.Capabilities.Add, "NET_RAW") {
+		t.Errorf("added capabilities %v hold a dangerous one", spec.Capabilities.Add)
 	}
-	if !slices.Contains(spec.SecurityOpt, "no-new-privileges:true") {
-		t.Errorf("SecurityOpt = %v, want no-new-privileges", spec.SecurityOpt)
+	if !spec.NoNewPrivileges {
+		t.Error("no-new-privileges is off")
 	}
-	if spec.PidsLimit != 4096 || spec.MemoryBytes != 2<<30 || spec.NanoCPUs != 1e9 {
-		t.Errorf("limits pids %d memory %d cpu %d, want 4096, 2Gi, 1", spec.PidsLimit, spec.MemoryBytes, spec.NanoCPUs)
+	if r := spec.Resources; r.Pids != 4096 || r.MemoryBytes != 2<<30 || r.NanoCPUs != 1e9 {
+		t.Errorf("limits pids %d memory %d cpu %d, want 4096, 2Gi, 1", r.Pids, r.MemoryBytes, r.NanoCPUs)
 	}
-	if spec.NetworkMode != DefaultNetwork || spec.Platform != "linux/amd64" {
-		t.Errorf("network %q platform %q", spec.NetworkMode, spec.Platform)
+	if want := (runtime.Network{Mode: runtime.NetworkIsolated, Name: DefaultNetwork}); spec.Network != want || spec.Platform != "linux/amd64" {
+		t.Errorf("network %+v platform %q", spec.Network, spec.Platform)
 	}
 	if !slices.Equal(spec.Env, []string{"A=1", "B=2"}) {
 		t.Errorf("Env = %v, want [A=1 B=2]", spec.Env)
@@ -210,8 +210,8 @@ func TestCreateVariants(t *testing.T) {
 			name: "deny-all network policy",
 			edit: func(r *CreateRequest) { r.NetworkPolicy = &NetworkPolicy{DefaultAction: "Deny"} },
 			check: func(t *testing.T, _ *Sandbox, spec runtime.Spec) {
-				if spec.NetworkMode != "none" {
-					t.Errorf("NetworkMode = %q, want none", spec.NetworkMode)
+				if spec.Network.Mode != runtime.NetworkNone {
+					t.Errorf("network = %+v, want none", spec.Network)
 				}
 			},
 		},
@@ -221,8 +221,8 @@ func TestCreateVariants(t *testing.T) {
 				r.ResourceLimits = map[string]string{"cpu": "250m", "memory": "512Mi", "gpu": "all"}
 			},
 			check: func(t *testing.T, _ *Sandbox, spec runtime.Spec) {
-				if spec.NanoCPUs != 25e7 || spec.MemoryBytes != 512<<20 || spec.GPUCount != -1 {
-					t.Errorf("limits = %d %d %d", spec.NanoCPUs, spec.MemoryBytes, spec.GPUCount)
+				if r := spec.Resources; r.NanoCPUs != 25e7 || r.MemoryBytes != 512<<20 || r.GPUs != -1 {
+					t.Errorf("limits = %+v", r)
 				}
 			},
 		},
@@ -230,7 +230,7 @@ func TestCreateVariants(t *testing.T) {
 			name: "read-only rootfs gets a /tmp tmpfs",
 			cfg:  func(c *config.Config) { c.Docker.ReadOnlyRootfs = true; c.Docker.SeccompProfile = "/p.json" },
 			check: func(t *testing.T, _ *Sandbox, spec runtime.Spec) {
-				if !spec.ReadOnlyRootfs || spec.Tmpfs["/tmp"] == "" || !slices.Contains(spec.SecurityOpt, "seccomp=/p.json") {
+				if !spec.ReadOnlyRoot || !slices.Equal(spec.Tmpfs, []runtime.Tmpfs{scratchTmp}) || spec.SeccompProfile != "/p.json" {
 					t.Errorf("spec = %+v", spec)
 				}
 			},
@@ -288,7 +288,7 @@ func TestCreateFailureCleansUp(t *testing.T) {
 
 	e.rt.FailCreate(runtime.ErrUnavailable)
 	_, err = e.m.Create(context.Background(), validRequest())
-	wantCode(t, err, KindUnavailable, CodeDockerUnavailable)
+	wantCode(t, err, KindUnavailable, CodeEngineUnavailable)
 }
 
 func TestGetStatus(t *testing.T) {
@@ -301,20 +301,20 @@ func TestGetStatus(t *testing.T) {
 		last   time.Time // zero: createdAt
 	}{
 		{"running", func(c *runtime.Container) {}, "Running", "CONTAINER_RUNNING", time.Time{}},
-		{"paused", func(c *runtime.Container) { c.Paused, c.Status = true, "paused" }, "Paused", "CONTAINER_PAUSED", time.Time{}},
-		{"restarting", func(c *runtime.Container) { c.Status = "restarting" }, "Running", "CONTAINER_RESTARTING", time.Time{}},
-		{"created", func(c *runtime.Container) { c.Running, c.Status = false, "created" }, "Pending", "CONTAINER_STARTING", time.Time{}},
+		{"paused", func(c *runtime.Container) { c.State = runtime.StatePaused }, "Paused", "CONTAINER_PAUSED", time.Time{}},
+		{"restarting", func(c *runtime.Container) { c.State = runtime.StateRestarting }, "Running", "CONTAINER_RESTARTING", time.Time{}},
+		{"created", func(c *runtime.Container) { c.State = runtime.StateCreated }, "Pending", "CONTAINER_STARTING", time.Time{}},
 		{"exited 0", func(c *runtime.Container) {
-			c.Running, c.Status, c.FinishedAt = false, "exited", finished
+			c.State, c.FinishedAt = runtime.StateExited, finished
 		}, "Terminated", "CONTAINER_EXITED", finished.Truncate(time.Microsecond)},
 		{"exited 1", func(c *runtime.Container) {
-			c.Running, c.Status, c.ExitCode, c.FinishedAt = false, "exited", 1, finished
+			c.State, c.ExitCode, c.FinishedAt = runtime.StateExited, 1, finished
 		}, "Failed", "CONTAINER_EXITED_ERROR", finished.Truncate(time.Microsecond)},
-		{"dead", func(c *runtime.Container) { c.Running, c.Status, c.ExitCode = false, "dead", 2 }, "Failed", "CONTAINER_EXITED_ERROR", time.Time{}},
+		{"dead", func(c *runtime.Container) { c.State, c.ExitCode = runtime.StateDead, 2 }, "Failed", "CONTAINER_EXITED_ERROR", time.Time{}},
 		{"oom killed", func(c *runtime.Container) {
-			c.Running, c.Status, c.ExitCode, c.OOMKilled = false, "exited", 137, true
+			c.State, c.ExitCode, c.OOMKilled = runtime.StateExited, 137, true
 		}, "Failed", "CONTAINER_OOM_KILLED", time.Time{}},
-		{"removing", func(c *runtime.Container) { c.Running, c.Status = false, "removing" }, "Unknown", "CONTAINER_STATE_UNKNOWN", time.Time{}},
+		{"removing", func(c *runtime.Container) { c.State = runtime.StateRemoving }, "Unknown", "CONTAINER_STATE_UNKNOWN", time.Time{}},
 	}
 	e := newEnv(t, nil)
 	for _, tt := range tests {
@@ -337,7 +337,7 @@ func TestGetStatus(t *testing.T) {
 			}
 		})
 	}
-	if strings.Contains(status(&runtime.Container{Status: "exited", ExitCode: 3}).Message, "3") == false {
+	if strings.Contains(status(&runtime.Container{State: runtime.StateExited, ExitCode: 3}).Message, "3") == false {
 		t.Error("exit code missing from the Failed message")
 	}
 }
@@ -373,11 +373,11 @@ func TestList(t *testing.T) {
 		all = append(all, made{sb.ID, cid})
 		e.clock.Advance(time.Second)
 	}
-	e.rt.Set(t, all[1].cid, func(c *runtime.Container) { c.Paused, c.Status = true, "paused" })
-	e.rt.Set(t, all[2].cid, func(c *runtime.Container) { c.Running, c.Status, c.ExitCode = false, "exited", 1 })
-	e.rt.Set(t, all[3].cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+	e.rt.Set(t, all[1].cid, func(c *runtime.Container) { c.State = runtime.StatePaused })
+	e.rt.Set(t, all[2].cid, func(c *runtime.Container) { c.State, c.ExitCode = runtime.StateExited, 1 })
+	e.rt.Set(t, all[3].cid, func(c *runtime.Container) { c.State = runtime.StateExited })
 	// Noise: another instance's container, and a record whose container vanished.
-	e.rt.Add(runtime.Container{Labels: map[string]string{LabelID: "foreign", LabelInstance: "other"}, Status: "running", Running: true})
+	e.rt.Add(runtime.Container{Labels: map[string]string{LabelID: "foreign", LabelInstance: "other"}, State: runtime.StateRunning})
 	if err := e.store.PutSandbox(&Record{ID: "ghost", State: recordReady, ContainerID: "gone", CreatedAt: e.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -565,7 +565,7 @@ func TestPauseResume(t *testing.T) {
 	if got, _ := e.m.Get(ctx, sb.ID); got.Status.State != "Running" {
 		t.Errorf("after resume state = %s", got.Status.State)
 	}
-	e.rt.Set(t, cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+	e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StateExited })
 	wantCode(t, e.m.Pause(ctx, sb.ID), KindConflict, CodeNotRunning)
 	wantCode(t, e.m.Resume(ctx, sb.ID), KindConflict, CodeNotPaused)
 	wantCode(t, e.m.Pause(ctx, "nope"), KindNotFound, CodeSandboxNotFound)
@@ -711,7 +711,7 @@ func TestTransport(t *testing.T) {
 		t.Errorf("agent answered %q", body)
 	}
 
-	e.rt.Set(t, cid, func(c *runtime.Container) { c.Paused, c.Status = true, "paused" })
+	e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StatePaused })
 	_, err = e.m.Transport(ctx, sb.ID)
 	wantCode(t, err, KindConflict, CodeNotRunning)
 
@@ -732,7 +732,7 @@ func TestReconcile(t *testing.T) {
 		return map[string]string{LabelID: id, LabelInstance: instance}
 	}
 	running := func(id, instance string) runtime.Container {
-		return runtime.Container{Labels: labels(id, instance), Status: "running", Running: true}
+		return runtime.Container{Labels: labels(id, instance), State: runtime.StateRunning}
 	}
 	now := e.clock.Now()
 	future := now.Add(time.Hour)
@@ -743,7 +743,7 @@ func TestReconcile(t *testing.T) {
 	foreign := e.rt.Add(running("foreign", "other")) // another instance, no record
 	adopted := e.rt.Add(running("adopted", inst))    // ours, ready record
 	expired := e.rt.Add(running("expired", inst))    // ours, ready but expired while down
-	unlabelled := e.rt.Add(runtime.Container{Status: "running", Running: true})
+	unlabelled := e.rt.Add(runtime.Container{State: runtime.StateRunning})
 	for _, r := range []*Record{
 		{ID: "half", State: recordCreating, ContainerID: halfMade, CreatedAt: now},
 		{ID: "adopted", State: recordReady, ContainerID: adopted, CreatedAt: now, ExpiresAt: &future},

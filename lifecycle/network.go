@@ -14,19 +14,26 @@ const DefaultNetwork = "sandboxd"
 // LabelNetwork marks the network sandboxd created.
 const LabelNetwork = "io.sandboxd.network"
 
-// network is the network mode of new sandboxes.
-func (m *Manager) network() string {
-	if m.cfg.Docker.NetworkMode == "" {
-		return DefaultNetwork
+// network is the network of new sandboxes: the configured one ("bridge"
+// is the engine's default network), else sandboxd's isolated network.
+func (m *Manager) network() runtime.Network {
+	switch n := m.defaults.network; n {
+	case "":
+		return runtime.Network{Mode: runtime.NetworkIsolated, Name: DefaultNetwork}
+	case "bridge":
+		return runtime.Network{Mode: runtime.NetworkDefault}
+	case "none":
+		return runtime.Network{Mode: runtime.NetworkNone}
+	default:
+		return runtime.Network{Mode: runtime.NetworkNamed, Name: n}
 	}
-	return m.cfg.Docker.NetworkMode
 }
 
 // ensureNetwork creates the default network if it is the one in use.
 // Runtimes without isolated networks have no such network to make.
 func (m *Manager) ensureNetwork(ctx context.Context) error {
 	nw, ok := m.rt.(runtime.IsolatedNetworks)
-	if m.cfg.Docker.NetworkMode != "" || !ok {
+	if m.defaults.network != "" || !ok {
 		return nil
 	}
 	if err := nw.EnsureIsolatedNetwork(ctx, DefaultNetwork, map[string]string{LabelNetwork: "isolated"}); err != nil {
@@ -42,9 +49,9 @@ func (m *Manager) ensureNetwork(ctx context.Context) error {
 // no name would resolve. So the helper then stays on Docker's bridge, with
 // the host's resolvers; sandboxes on sandboxd's network cannot reach that
 // bridge, and a policy guards the private ranges of other policed ones.
-func (m *Manager) helperNetwork(sandbox string) string {
-	if m.cfg.Docker.NetworkMode == "" && len(m.cfg.Egress.DNSUpstream) == 0 {
-		return "bridge"
+func (m *Manager) helperNetwork(sandbox runtime.Network) runtime.Network {
+	if sandbox.Mode == runtime.NetworkIsolated && len(m.cfg.Egress.DNSUpstream) == 0 {
+		return runtime.Network{Mode: runtime.NetworkDefault}
 	}
 	return sandbox
 }

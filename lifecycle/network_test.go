@@ -27,8 +27,8 @@ func TestDefaultNetwork(t *testing.T) {
 		t.Fatalf("network %s: exists %v, labels %v", DefaultNetwork, ok, l)
 	}
 	_, cid := e.create(t, validRequest())
-	if got := e.rt.Spec(t, cid).NetworkMode; got != DefaultNetwork {
-		t.Errorf("sandbox network %q, want %q", got, DefaultNetwork)
+	if got := e.rt.Spec(t, cid).Network; got != (runtime.Network{Mode: runtime.NetworkIsolated, Name: DefaultNetwork}) {
+		t.Errorf("sandbox network %+v, want %q", got, DefaultNetwork)
 	}
 
 	b := newEnv(t, func(c *config.Config) { c.Docker.NetworkMode = "bridge" })
@@ -36,8 +36,8 @@ func TestDefaultNetwork(t *testing.T) {
 		t.Error("network made although network_mode is set")
 	}
 	_, cid = b.create(t, validRequest())
-	if got := b.rt.Spec(t, cid).NetworkMode; got != "bridge" {
-		t.Errorf("sandbox network %q, want bridge", got)
+	if got := b.rt.Spec(t, cid).Network; got.Mode != runtime.NetworkDefault {
+		t.Errorf("sandbox network %+v, want the engine's default", got)
 	}
 }
 
@@ -47,18 +47,19 @@ func TestHelperNetwork(t *testing.T) {
 	for _, c := range []struct {
 		mode string
 		ups  []string
-		want string
+		want runtime.Network
 	}{
-		{"", nil, "bridge"},
-		{"", []string{"192.0.2.53"}, DefaultNetwork},
-		{"bridge", nil, "bridge"},
-		{"mynet", nil, "mynet"},
+		{"", nil, runtime.Network{Mode: runtime.NetworkDefault}},
+		{"", []string{"192.0.2.53"}, runtime.Network{Mode: runtime.NetworkIsolated, Name: DefaultNetwork}},
+		{"bridge", nil, runtime.Network{Mode: runtime.NetworkDefault}},
+		{"mynet", nil, runtime.Network{Mode: runtime.NetworkNamed, Name: "mynet"}},
 	} {
 		m := &Manager{cfg: config.Default()}
 		m.cfg.Docker.NetworkMode = c.mode
+		m.defaults = defaultsFrom(m.cfg)
 		m.cfg.Egress.DNSUpstream = c.ups
 		if got := m.helperNetwork(m.network()); got != c.want {
-			t.Errorf("network_mode %q, dns_upstream %v: helper on %q, want %q", c.mode, c.ups, got, c.want)
+			t.Errorf("network_mode %q, dns_upstream %v: helper on %+v, want %+v", c.mode, c.ups, got, c.want)
 		}
 	}
 }

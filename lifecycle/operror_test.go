@@ -18,8 +18,8 @@ func TestOpError(t *testing.T) {
 		kind Kind
 		code string
 	}{
-		{"engine unreachable", fmt.Errorf("remove container x: %w", runtime.ErrUnavailable), KindUnavailable, CodeDockerUnavailable},
-		{"engine call timed out", context.DeadlineExceeded, KindUnavailable, CodeDockerUnavailable},
+		{"engine unreachable", fmt.Errorf("remove container x: %w", runtime.ErrUnavailable), KindUnavailable, CodeEngineUnavailable},
+		{"engine call timed out", context.DeadlineExceeded, KindUnavailable, CodeEngineUnavailable},
 		{"engine refused", errors.New("could not kill running container"), KindInternal, CodeDeleteFailed},
 	}
 	for _, tt := range tests {

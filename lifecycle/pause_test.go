@@ -104,7 +104,7 @@ func TestSlowSandboxHoldsUpNoOther(t *testing.T) {
 		{"list", func() error { _, _, err := e.m.List(ctx, ListFilter{Page: 1, PageSize: 20}); return err }},
 		{"upload", func() error {
 			// Through the archive API, the engine path a hang could block.
-			e.rt.Set(t, fastCID, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+			e.rt.Set(t, fastCID, func(c *runtime.Container) { c.State = runtime.StateExited })
 			return e.m.PutFile(ctx, fast.ID, FileMeta{Path: "/tmp/x"}, strings.NewReader("x"))
 		}},
 		{"delete", func() error { return e.m.Delete(ctx, fast.ID) }},
@@ -126,7 +126,7 @@ func TestTransferCutShortByPause(t *testing.T) {
 	sb, cid := e.create(t, validRequest())
 	// Stopped: only then do files go through the archive API, which
 	// dockerd holds the container for.
-	e.rt.Set(t, cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+	e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StateExited })
 	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/tmp/a.txt"}, strings.NewReader("a")); err != nil {
 		t.Fatal(err)
 	}

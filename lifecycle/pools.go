@@ -333,7 +333,7 @@ func (m *Manager) claim(ctx context.Context, p *createPlan) (*Sandbox, error) {
 		}
 		m.metrics.Creates.Add(1)
 		m.metrics.CreateSeconds.Observe(m.now().Sub(start))
-		m.log.InfoContext(ctx, "sandbox created from pool", "sandbox_id", rec.ID, "pool", p.fromPool, "container", mem.cid[:12])
+		m.log.InfoContext(ctx, "sandbox created from pool", "sandbox_id", rec.ID, "pool", p.fromPool, "container", runtime.ShortID(mem.cid))
 		sb := m.view(&rec, nil)
 		sb.Status = Status{State: "Running", Reason: "CONTAINER_RUNNING", Message: "Sandbox container started successfully.", LastTransitionAt: rec.CreatedAt}
 		return sb, nil
@@ -376,7 +376,7 @@ func (m *Manager) adoptPoolMember(ctx context.Context, c runtime.Container) bool
 	ps := m.pools
 	ps.mu.Lock()
 	p := ps.byName[name]
-	keep := p != nil && c.Running && !c.Paused && c.Labels[LabelPoolRevision] == p.revision &&
+	keep := p != nil && c.State == runtime.StateRunning && c.Labels[LabelPoolRevision] == p.revision &&
 		len(p.idle)+p.creating < p.target()
 	if keep && !slices.ContainsFunc(p.idle, func(mem poolMember) bool { return mem.cid == c.ID }) {
 		p.idle = append(p.idle, poolMember{id: c.Labels[LabelID], cid: c.ID})
@@ -386,7 +386,7 @@ func (m *Manager) adoptPoolMember(ctx context.Context, c runtime.Container) bool
 		m.log.Info("adopted pool member", "pool", name, "sandbox_id", c.Labels[LabelID])
 		return true
 	}
-	m.log.Info("removing stale pool member", "pool", name, "sandbox_id", c.Labels[LabelID], "container", c.ID[:12])
+	m.log.Info("removing stale pool member", "pool", name, "sandbox_id", c.Labels[LabelID], "container", runtime.ShortID(c.ID))
 	m.removeMember(ctx, c.ID)
 	return true
 }
@@ -514,7 +514,7 @@ func (m *Manager) makeMember(ctx context.Context, p *pool) (mem poolMember, err 
 			m.removeMember(ctx, ref)
 		}
 	}()
-	if err := m.rt.EnsureImage(ctx, spec.Image, nil, "", nil); err != nil {
+	if err := m.ensureImage(ctx, spec.Image, nil, "", nil); err != nil {
 		return mem, fmt.Errorf("image %s: %w", spec.Image, err)
 	}
 	if mem.cid, err = m.rt.Create(ctx, spec); err != nil {
@@ -573,7 +573,7 @@ func (m *Manager) checkPool(ctx context.Context, p *pool) {
 	}
 	running := map[string]bool{}
 	for _, c := range conts {
-		running[c.ID] = c.Running && !c.Paused
+		running[c.ID] = c.State == runtime.StateRunning
 	}
 	var dead []string
 	for _, mem := range idle {
@@ -588,7 +588,7 @@ func (m *Manager) checkPool(ctx context.Context, p *pool) {
 	p.idle = slices.DeleteFunc(p.idle, func(mem poolMember) bool { return slices.Contains(dead, mem.cid) })
 	ps.mu.Unlock()
 	for _, cid := range dead {
-		m.log.Warn("pool member stopped; replacing it", "pool", p.name, "container", cid[:12])
+		m.log.Warn("pool member stopped; replacing it", "pool", p.name, "container", runtime.ShortID(cid))
 		m.removeMember(ctx, cid)
 	}
 	p.kick()

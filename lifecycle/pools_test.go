@@ -190,8 +190,8 @@ func TestPoolEmptyFallsBackToColdCreate(t *testing.T) {
 	req := CreateRequest{Image: &ImageSpec{URI: "ignored:latest"}, Extensions: map[string]string{ExtPoolRef: "warm"}}
 	sb, cid := e.create(t, req)
 	spec := e.rt.Spec(t, cid)
-	if spec.Image != "busybox:latest" || !slices.Equal(spec.Cmd, []string{"sleep", "infinity"}) || spec.MemoryBytes != 512<<20 || !slices.Equal(spec.Env, []string{"A=1"}) {
-		t.Errorf("cold create from pool spec = image %s cmd %v memory %d env %v", spec.Image, spec.Cmd, spec.MemoryBytes, spec.Env)
+	if spec.Image != "busybox:latest" || !slices.Equal(spec.Cmd, []string{"sleep", "infinity"}) || spec.Resources.MemoryBytes != 512<<20 || !slices.Equal(spec.Env, []string{"A=1"}) {
+		t.Errorf("cold create from pool spec = image %s cmd %v memory %d env %v", spec.Image, spec.Cmd, spec.Resources.MemoryBytes, spec.Env)
 	}
 	if spec.Labels[LabelPool] != "" {
 		t.Errorf("a cold-created sandbox is labelled as an idle member")
@@ -252,7 +252,7 @@ func TestPoolClaimSkipsDeadMember(t *testing.T) {
 	e.m.pools.mu.Lock()
 	first := e.m.pools.byName["warm"].idle[0]
 	e.m.pools.mu.Unlock()
-	e.rt.Set(t, first.cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+	e.rt.Set(t, first.cid, func(c *runtime.Container) { c.State = runtime.StateExited })
 	req := validRequest()
 	req.Extensions = map[string]string{ExtPoolRef: "warm"}
 	_, cid := e.create(t, req)
@@ -271,7 +271,7 @@ func TestPoolCheckReplacesDeadMembers(t *testing.T) {
 	p := e.m.pools.byName["warm"]
 	dead := p.idle[1]
 	e.m.pools.mu.Unlock()
-	e.rt.Set(t, dead.cid, func(c *runtime.Container) { c.Running, c.Status = false, "exited" })
+	e.rt.Set(t, dead.cid, func(c *runtime.Container) { c.State = runtime.StateExited })
 	e.m.checkPool(context.Background(), p)
 	if st := e.poolStatus(t, "warm"); st.Available != 1 {
 		t.Errorf("after check: %d available, want 1", st.Available)
@@ -289,7 +289,7 @@ func TestPoolAdoptAfterRestart(t *testing.T) {
 	e.fillPool(t, "gone")
 	ctx := context.Background()
 	kept := e.members(t, "warm")
-	stale := e.rt.Add(runtime.Container{Status: "running", Running: true, Labels: map[string]string{
+	stale := e.rt.Add(runtime.Container{State: runtime.StateRunning, Labels: map[string]string{
 		LabelID: "stale", LabelInstance: e.m.Instance(), LabelPool: "warm", LabelPoolRevision: "old",
 	}})
 	gone := e.members(t, "gone")

@@ -18,7 +18,7 @@ func applyRequests(res *Resources, requests map[string]string) error {
 		if res.NanoCPUs > 0 && n > res.NanoCPUs {
 			return errf(KindInvalid, CodeInvalidParameter, "resourceRequests.cpu %q is more than the CPU limit", v)
 		}
-		res.CPUShares = max(n*1024/1e9, 2) // the kernel's minimum weight
+		res.CPURequest = n
 	}
 	if v := strings.TrimSpace(requests["memory"]); v != "" {
 		n, ok := ParseMemory(v)
@@ -28,7 +28,7 @@ func applyRequests(res *Resources, requests map[string]string) error {
 		if res.MemoryBytes > 0 && n > res.MemoryBytes {
 			return errf(KindInvalid, CodeInvalidParameter, "resourceRequests.memory %q is more than the memory limit", v)
 		}
-		res.MemoryReservation = n
+		res.MemoryRequestBytes = n
 	}
 	return nil
 }

@@ -5,15 +5,15 @@ import "testing"
 func TestResourceRequests(t *testing.T) {
 	e := newEnv(t, nil)
 	tests := []struct {
-		name          string
-		limits, reqs  map[string]string
-		shares, memRs int64
-		code          string
+		name         string
+		limits, reqs map[string]string
+		cpuRq, memRq int64
+		code         string
 	}{
 		{"none", nil, nil, 0, 0, ""},
-		{"cpu and memory", map[string]string{"cpu": "2", "memory": "1Gi"}, map[string]string{"cpu": "500m", "memory": "256Mi"}, 512, 256 << 20, ""},
-		{"equal to the limits", map[string]string{"cpu": "1", "memory": "512Mi"}, map[string]string{"cpu": "1", "memory": "512Mi"}, 1024, 512 << 20, ""},
-		{"tiny cpu", nil, map[string]string{"cpu": "1m"}, 2, 0, ""},
+		{"cpu and memory", map[string]string{"cpu": "2", "memory": "1Gi"}, map[string]string{"cpu": "500m", "memory": "256Mi"}, 5e8, 256 << 20, ""},
+		{"equal to the limits", map[string]string{"cpu": "1", "memory": "512Mi"}, map[string]string{"cpu": "1", "memory": "512Mi"}, 1e9, 512 << 20, ""},
+		{"tiny cpu", nil, map[string]string{"cpu": "1m"}, 1e6, 0, ""},
 		{"unknown keys ignored", nil, map[string]string{"ephemeral-storage": "1Gi", "cpu": " "}, 0, 0, ""},
 		{"cpu above the limit", map[string]string{"cpu": "1"}, map[string]string{"cpu": "2"}, 0, 0, CodeInvalidParameter},
 		{"cpu above the default limit", nil, map[string]string{"cpu": "4"}, 0, 0, CodeInvalidParameter},
@@ -32,8 +32,8 @@ func TestResourceRequests(t *testing.T) {
 			}
 			_, cid := e.create(t, req)
 			spec := e.rt.Spec(t, cid)
-			if spec.CPUShares != tt.shares || spec.MemoryReservationBytes != tt.memRs {
-				t.Errorf("shares %d, reservation %d; want %d, %d", spec.CPUShares, spec.MemoryReservationBytes, tt.shares, tt.memRs)
+			if r := spec.Resources; r.CPURequest != tt.cpuRq || r.MemoryRequestBytes != tt.memRq {
+				t.Errorf("cpu request %d, memory request %d; want %d, %d", r.CPURequest, r.MemoryRequestBytes, tt.cpuRq, tt.memRq)
 			}
 		})
 	}

@@ -30,6 +30,10 @@ func snapshotView(r *SnapshotRecord) *Snapshot {
 
 // CreateSnapshot commits a running sandbox's filesystem in the background.
 func (m *Manager) CreateSnapshot(ctx context.Context, sandboxID, name string) (*Snapshot, error) {
+	images, ok := m.rt.(runtime.Images)
+	if !ok {
+		return nil, errf(KindNotImplemented, CodeSnapshotNotImpl, "snapshots are not supported when runtime.type='%s'", m.rt.Name())
+	}
 	done, err := m.begin()
 	if err != nil {
 		return nil, err
@@ -43,7 +47,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, sandboxID, name string) (*
 		defer done() // Shutdown waits for the commit
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
-		err := m.rt.Commit(cctx, cid, snap.Image)
+		err := images.Commit(cctx, cid, snap.Image)
 		m.settleSnapshot(snap.ID, err, "snapshot_runtime")
 	}()
 	m.log.InfoContext(ctx, "snapshot started", "sandbox_id", sandboxID, "snapshot_id", snap.ID)
@@ -57,7 +61,7 @@ func (m *Manager) recordSnapshot(ctx context.Context, sandboxID, name string) (*
 	if err != nil {
 		return nil, "", err
 	}
-	if !c.Running || c.Paused {
+	if c.State != runtime.StateRunning {
 		return nil, "", errf(KindConflict, CodeSnapshotSourceState, "sandbox %s must be Running to snapshot (it is %s)", sandboxID, status(&c).State)
 	}
 	now := wireTime(m.now())
@@ -93,6 +97,10 @@ func (m *Manager) settleSnapshot(id string, err error, reasonPrefix string) {
 
 // reconcileSnapshots settles snapshots interrupted by a restart.
 func (m *Manager) reconcileSnapshots(ctx context.Context) {
+	images, ok := m.rt.(runtime.Images)
+	if !ok {
+		return // no snapshot can have been started
+	}
 	snaps, err := m.store.Snapshots()
 	if err != nil {
 		m.log.Error("read snapshots", "err", err)
@@ -102,7 +110,7 @@ func (m *Manager) reconcileSnapshots(ctx context.Context) {
 		if s.State != snapshotCreating {
 			continue
 		}
-		ok, err := m.rt.ImageExists(ctx, s.Image)
+		ok, err := images.ImageExists(ctx, s.Image)
 		if err != nil {
 			continue
 		}
@@ -176,7 +184,8 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
 	if s.State == snapshotCreating {
 		return errf(KindConflict, CodeSnapshotState, "snapshot %s is still being created", id)
 	}
-	if err := m.rt.RemoveImage(ctx, s.Image); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	images, _ := m.rt.(runtime.Images) // a snapshot exists: the runtime has images
+	if err := images.RemoveImage(ctx, s.Image); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		if errors.Is(err, runtime.ErrConflict) {
 			return errf(KindConflict, CodeSnapshotConflict, "snapshot %s is in use by a sandbox", id)
 		}

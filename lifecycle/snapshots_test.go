@@ -13,7 +13,7 @@ func TestSnapshotSourceState(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	sb, cid := e.create(t, validRequest())
-	e.rt.Set(t, cid, func(c *runtime.Container) { c.Paused, c.Status = true, "paused" })
+	e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StatePaused })
 	_, err := e.m.CreateSnapshot(ctx, sb.ID, "n")
 	wantCode(t, err, KindConflict, CodeSnapshotSourceState)
 	_, err = e.m.CreateSnapshot(ctx, "nope", "n")

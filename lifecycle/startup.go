@@ -29,7 +29,7 @@ func (m *Manager) awaitAgent(ctx context.Context, rec *Record) error {
 		return nil
 	}
 	c, ierr := m.rt.Inspect(ctx, rec.ContainerID)
-	if ierr != nil || c.Running {
+	if ierr != nil || c.State.Active() {
 		m.log.WarnContext(ctx, "agent not ready at create; the first request retries", "sandbox_id", rec.ID, "err", err)
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -50,26 +51,40 @@ func AsError(err error) (*Error, bool) {
 	return e, ok
 }
 
+// EngineScope starts the engine-scoped codes below: on the wire it reads
+// as the runtime's name in upper case (DOCKER::SANDBOX_NOT_FOUND, as
+// upstream's Docker provider; KUBERNETES:: on Kubernetes), see WireCode.
+const EngineScope = "ENGINE::"
+
+// WireCode is code as the API answers it on runtime rt (its Name):
+// EngineScope replaced by the runtime's prefix, other codes unchanged.
+func WireCode(code, rt string) string {
+	if rest, ok := strings.CutPrefix(code, EngineScope); ok {
+		return strings.ToUpper(rt) + "::" + rest
+	}
+	return code
+}
+
 // Error codes (reference §1.9).
 const (
-	CodeSandboxNotFound     = "DOCKER::SANDBOX_NOT_FOUND"
+	CodeSandboxNotFound     = EngineScope + "SANDBOX_NOT_FOUND"
 	CodeInvalidParameter    = "SANDBOX::INVALID_PARAMETER"
 	CodeInvalidMetadata     = "SANDBOX::INVALID_METADATA_LABEL"
 	CodeReservedMetadata    = "INVALID_METADATA_LABEL"
 	CodeInvalidMetaFormat   = "INVALID_METADATA_FORMAT"
-	CodeNotRunning          = "DOCKER::SANDBOX_NOT_RUNNING"
-	CodeNotPaused           = "DOCKER::SANDBOX_NOT_PAUSED"
-	CodePauseFailed         = "DOCKER::SANDBOX_PAUSE_FAILED"
-	CodeResumeFailed        = "DOCKER::SANDBOX_RESUME_FAILED"
-	CodeInvalidExpiration   = "DOCKER::INVALID_EXPIRATION"
-	CodeInvalidPort         = "DOCKER::INVALID_PORT"
-	CodeImagePullFailed     = "DOCKER::SANDBOX_IMAGE_PULL_FAILED"
-	CodeStartFailed         = "DOCKER::SANDBOX_START_FAILED"
-	CodeDeleteFailed        = "DOCKER::SANDBOX_DELETE_FAILED"
-	CodeQueryFailed         = "DOCKER::SANDBOX_QUERY_FAILED"
-	CodeDockerUnavailable   = "DOCKER::INITIALIZATION_ERROR"
-	CodeEngineTimeout       = "DOCKER::SANDBOX_ENGINE_TIMEOUT"
-	CodeAgentFailed         = "DOCKER::SANDBOX_EXECD_START_FAILED"
+	CodeNotRunning          = EngineScope + "SANDBOX_NOT_RUNNING"
+	CodeNotPaused           = EngineScope + "SANDBOX_NOT_PAUSED"
+	CodePauseFailed         = EngineScope + "SANDBOX_PAUSE_FAILED"
+	CodeResumeFailed        = EngineScope + "SANDBOX_RESUME_FAILED"
+	CodeInvalidExpiration   = EngineScope + "INVALID_EXPIRATION"
+	CodeInvalidPort         = EngineScope + "INVALID_PORT"
+	CodeImagePullFailed     = EngineScope + "SANDBOX_IMAGE_PULL_FAILED"
+	CodeStartFailed         = EngineScope + "SANDBOX_START_FAILED"
+	CodeDeleteFailed        = EngineScope + "SANDBOX_DELETE_FAILED"
+	CodeQueryFailed         = EngineScope + "SANDBOX_QUERY_FAILED"
+	CodeEngineUnavailable   = EngineScope + "INITIALIZATION_ERROR"
+	CodeEngineTimeout       = EngineScope + "SANDBOX_ENGINE_TIMEOUT"
+	CodeAgentFailed         = EngineScope + "SANDBOX_EXECD_START_FAILED"
 	CodeAPINotSupported     = "SANDBOX::API_NOT_SUPPORTED"
 	CodeUnsupportedPoolRef  = "SANDBOX::UNSUPPORTED_POOL_REF"
 	CodeSnapshotNotFound    = "SNAPSHOT::NOT_FOUND"
@@ -78,6 +93,7 @@ const (
 	CodeSnapshotSourceState = "SNAPSHOT::INVALID_SOURCE_STATE"
 	CodeSnapshotConflict    = "SNAPSHOT::DELETE_CONFLICT"
 	CodeSnapshotRestore     = "SNAPSHOT::INVALID_RESTORE_CONFIG"
+	CodeSnapshotNotImpl     = "SNAPSHOT::NOT_IMPLEMENTED"
 	CodeGeneral             = "GENERAL::UNKNOWN_ERROR"
 	// CodeNotReady: sandboxd is starting or stopping (see life.go).
 	CodeNotReady           = "GENERAL::SERVICE_UNAVAILABLE"

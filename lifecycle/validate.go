@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // Reserved label prefix: sandboxd and upstream keep their bookkeeping there.
@@ -89,15 +89,8 @@ func ParseMetadataFilter(s string) (map[string]string, error) {
 	return out, nil
 }
 
-// Resources are parsed resourceLimits.
-type Resources struct {
-	NanoCPUs    int64
-	MemoryBytes int64
-	GPUCount    int
-	// From resourceRequests (applyRequests): 0 means Docker's default.
-	CPUShares         int64
-	MemoryReservation int64
-}
+// Resources are parsed resourceLimits and resourceRequests.
+type Resources = runtime.Resources
 
 var memUnits = map[string]float64{
 	"": 1, "b": 1,
@@ -180,9 +173,9 @@ func ParseResources(limits map[string]string, defCPU, defMem string) (Resources,
 	if gpu, ok := limits["gpu"]; ok {
 		switch n, err := strconv.Atoi(strings.TrimSpace(gpu)); {
 		case strings.TrimSpace(gpu) == "all":
-			r.GPUCount = -1
+			r.GPUs = -1
 		case err == nil && n >= 0:
-			r.GPUCount = n
+			r.GPUs = n
 		default:
 			return r, errf(KindInvalid, CodeInvalidParameter, "resourceLimits.gpu %q must be a count or \"all\"", gpu)
 		}
@@ -215,14 +208,14 @@ type hardening struct {
 // [docker] defaults. A request may tighten the operator's settings, never
 // loosen them: it cannot make a read-only root writable, nor pick another
 // user than the configured one.
-func parseHardening(ext map[string]string, d config.Docker) (hardening, error) {
-	h := hardening{readOnlyRootfs: d.ReadOnlyRootfs, user: d.User}
+func (d defaults) parseHardening(ext map[string]string) (hardening, error) {
+	h := hardening{readOnlyRootfs: d.readOnlyRoot, user: d.user}
 	if v, ok := ext[ExtReadOnlyRootfs]; ok {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))
 		switch {
 		case err != nil:
 			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] must be \"true\" or \"false\", got %q", ExtReadOnlyRootfs, v)
-		case !b && d.ReadOnlyRootfs:
+		case !b && d.readOnlyRoot:
 			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] = %q refused: this server makes every root filesystem read-only ([docker] read_only_rootfs)", ExtReadOnlyRootfs, v)
 		}
 		h.readOnlyRootfs = h.readOnlyRootfs || b
@@ -232,8 +225,8 @@ func parseHardening(ext map[string]string, d config.Docker) (hardening, error) {
 		switch {
 		case !userSpec.MatchString(v):
 			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] must be \"uid[:gid]\" or \"name[:group]\" (example: \"1000:1000\"), got %q", ExtUser, v)
-		case d.User != "" && v != d.User:
-			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] = %q refused: this server runs every sandbox as %q ([docker] user)", ExtUser, v, d.User)
+		case d.user != "" && v != d.user:
+			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] = %q refused: this server runs every sandbox as %q ([docker] user)", ExtUser, v, d.user)
 		}
 		h.user = v
 	}

@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,123 +13,29 @@ import (
 // LabelVolumeManaged marks named volumes that sandboxd created.
 const LabelVolumeManaged = "opensandbox.io/volume-managed-by"
 
-// forbiddenHostPaths can never be mounted, whatever the allow-list says:
-// they hand the sandbox the Docker daemon or its storage.
-var forbiddenHostPaths = []string{
-	"/var/run/docker.sock", "/run/docker.sock", "/var/run/docker", "/run/docker",
-	"/var/lib/docker", "/var/lib/containerd", "/run/containerd", "/var/run/containerd",
-	"/proc", "/sys", "/dev",
-}
-
-// within reports whether p is base or below it.
-func within(p, base string) bool {
-	if base == "/" {
-		return true
-	}
-	return p == base || strings.HasPrefix(p, base+"/")
-}
-
-// resolveExisting resolves symlinks in the longest existing prefix of p and
-// appends the rest, so a path that does not exist yet is still judged by
-// where it would really be created.
-func resolveExisting(p string) (string, error) {
-	rest := ""
-	cur := p
-	for {
-		r, err := filepath.EvalSymlinks(cur)
-		if err == nil {
-			return filepath.Join(r, rest), nil
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return "", err
-		}
-		parent := filepath.Dir(cur)
-		if parent == cur {
-			return p, nil
-		}
-		rest = filepath.Join(filepath.Base(cur), rest)
-		cur = parent
-	}
-}
-
-// engineHostPaths returns where this engine keeps its data and socket, as
-// the runtime reports them. They are asked for once (the first time a host
-// path is mounted) and kept; until the engine answers, no host path can be
-// mounted. The lock is not held across the engine call, so a slow engine
-// holds up no caller past its own deadline; callers that meet at the start
-// may each ask.
-func (m *Manager) engineHostPaths(ctx context.Context) ([]string, error) {
-	m.engineMu.Lock()
-	known := m.enginePaths
-	m.engineMu.Unlock()
-	if known != nil {
-		return known, nil
-	}
-	paths, err := m.rt.EnginePaths(ctx)
-	if err != nil {
-		return nil, m.engineError(err, "ask the engine where it keeps its data")
-	}
-	m.engineMu.Lock()
-	defer m.engineMu.Unlock()
-	if m.enginePaths == nil {
-		m.enginePaths = append([]string{}, paths...)
-	}
-	return m.enginePaths, nil
-}
-
-// checkHostPath validates a bind-mount source against the allow-list after
-// symlink resolution. It returns the resolved path and the resolved allowed
-// prefix it lies in: the runtime walks from that prefix to the path without
-// following symlinks, creates what is missing there and mounts what it
-// reached, so a path swapped after this check is not what gets mounted.
-func (m *Manager) checkHostPath(ctx context.Context, name, p string) (resolved, prefix string, err error) {
+// checkHostPath validates a bind-mount source: its shape here, the rest
+// (symlinks, the allow-list, the engine's own paths) by the runtime,
+// which knows the filesystem of the engine's host. It returns the mount
+// to make, with the resolved path and the checked prefix it lies in.
+func (m *Manager) checkHostPath(ctx context.Context, name, p string) (runtime.Mount, error) {
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.Contains(p, "\x00") {
-		return "", "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q must be absolute and normalised (no '..', '//' or trailing '/')", name, p)
+		return runtime.Mount{}, errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q must be absolute and normalised (no '..', '//' or trailing '/')", name, p)
 	}
-	resolved, err = resolveExisting(p)
-	if err != nil {
-		return "", "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q cannot be resolved: %v", name, p, err)
+	hp, ok := m.rt.(runtime.HostPaths)
+	if !ok {
+		return runtime.Mount{}, errf(KindInvalid, CodeVolUnsupported, "volume %q: host paths are not supported when runtime.type='%s'", name, m.rt.Name())
 	}
-	engine, err := m.engineHostPaths(ctx)
-	if err != nil {
-		return "", "", err
-	}
-	forbidden := append(slices.Concat(forbiddenHostPaths, engine), m.cfg.Store.Dir)
-	for _, f := range forbidden {
-		rf, err := resolveExisting(f)
-		if err != nil {
-			rf = f
-		}
-		if within(resolved, rf) || within(rf, resolved) || within(p, f) || within(f, p) {
-			return "", "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q would expose %s to the sandbox and is never allowed", name, p, f)
-		}
-	}
-	for _, a := range m.cfg.Storage.AllowedHostPaths {
-		ra, err := resolveExisting(filepath.Clean(a))
-		if err != nil {
-			continue
-		}
-		if within(p, filepath.Clean(a)) && within(resolved, ra) {
-			prefix = ra
-			break
-		}
-	}
-	if prefix == "" {
-		if len(m.cfg.Storage.AllowedHostPaths) == 0 {
-			return "", "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q refused: host mounts are disabled; list allowed prefixes in [storage] allowed_host_paths", name, p)
-		}
-		return "", "", errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: host path %q (resolved %q) is not under [storage] allowed_host_paths %v", name, p, resolved, m.cfg.Storage.AllowedHostPaths)
-	}
-	// An early answer for the common mistakes; the runtime checks again
-	// by descriptor, and creates a missing directory.
-	fi, err := os.Stat(resolved)
+	mnt, err := hp.CheckHostPath(ctx, p, m.cfg.Storage.AllowedHostPaths, []string{m.cfg.Store.Dir})
+	var he *runtime.HostPathError
 	switch {
-	case err == nil && !fi.IsDir() && !fi.Mode().IsRegular():
-		return "", "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q is neither a directory nor a regular file", name, p)
-	case err != nil && !errors.Is(err, os.ErrNotExist):
-		return "", "", errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q: %v", name, p, err)
+	case errors.As(err, &he) && he.NotAllowed:
+		return runtime.Mount{}, errf(KindInvalid, CodeVolHostNotAllowed, "volume %q: %s", name, he.Reason)
+	case errors.As(err, &he):
+		return runtime.Mount{}, errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: %s", name, he.Reason)
+	case err != nil:
+		return runtime.Mount{}, m.engineError(err, "ask the engine where it keeps its data")
 	}
-	return resolved, prefix, nil
+	return mnt, nil
 }
 
 // mountRefusal is the client error for a mount the runtime refused to
@@ -165,10 +70,15 @@ func (m *Manager) prepareVolumes(ctx context.Context, vols []Volume) (*preparedV
 	return pv, nil
 }
 
-// removeVolumes removes named volumes, logging failures.
+// removeVolumes removes named volumes, logging failures. Only a runtime
+// with volumes can have made them.
 func (m *Manager) removeVolumes(ctx context.Context, names []string) {
+	vols, ok := m.rt.(runtime.Volumes)
+	if !ok {
+		return
+	}
 	for _, v := range names {
-		if err := m.rt.RemoveVolume(ctx, v); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		if err := vols.RemoveVolume(ctx, v); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			m.log.Warn("remove named volume", "volume", v, "err", err)
 		}
 	}
@@ -184,22 +94,26 @@ func (m *Manager) addVolumes(ctx context.Context, vols []Volume, pv *preparedVol
 	for _, v := range vols {
 		switch {
 		case v.Host != nil:
-			src, prefix, err := m.checkHostPath(ctx, v.Name, v.Host.Path)
+			mnt, err := m.checkHostPath(ctx, v.Name, v.Host.Path)
 			if err != nil {
 				return err
 			}
 			if v.SubPath != "" {
-				src, prefix, err = m.checkHostPath(ctx, v.Name, filepath.Join(src, v.SubPath))
-				if err != nil {
+				if mnt, err = m.checkHostPath(ctx, v.Name, filepath.Join(mnt.Source, v.SubPath)); err != nil {
 					return err
 				}
 			}
-			pv.mounts = append(pv.mounts, runtime.Mount{Type: "bind", Source: src, Beneath: prefix, Target: v.MountPath, ReadOnly: v.ReadOnly})
+			mnt.Target, mnt.ReadOnly = v.MountPath, v.ReadOnly
+			pv.mounts = append(pv.mounts, mnt)
 		case v.PVC != nil:
 			name := v.PVC.ClaimName
 			create := v.PVC.CreateIfNotExists == nil || *v.PVC.CreateIfNotExists
 			allowedExisting := slices.Contains(m.cfg.Storage.AllowedVolumes, name)
-			created, labels, err := m.rt.EnsureVolume(ctx, name, create, map[string]string{LabelVolumeManaged: "server", LabelInstance: m.instance})
+			vols, ok := m.rt.(runtime.Volumes)
+			if !ok {
+				return errf(KindInvalid, CodeVolUnsupported, "volume %q: named volumes are not supported when runtime.type='%s'", v.Name, m.rt.Name())
+			}
+			created, labels, err := vols.EnsureVolume(ctx, name, create, map[string]string{LabelVolumeManaged: "server", LabelInstance: m.instance})
 			if errors.Is(err, runtime.ErrNotFound) {
 				return errf(KindInvalid, CodeVolPVCNotFound, "volume %q: named volume %q does not exist", v.Name, name)
 			}
@@ -218,7 +132,7 @@ func (m *Manager) addVolumes(ctx context.Context, vols []Volume, pv *preparedVol
 			if v.PVC.DeleteOnSandboxTermination && owned {
 				pv.managed = append(pv.managed, name)
 			}
-			pv.mounts = append(pv.mounts, runtime.Mount{Type: "volume", Source: name, Target: v.MountPath, ReadOnly: v.ReadOnly, SubPath: v.SubPath})
+			pv.mounts = append(pv.mounts, runtime.Mount{Kind: runtime.MountVolume, Source: name, Target: v.MountPath, ReadOnly: v.ReadOnly, SubPath: v.SubPath})
 		}
 	}
 	return nil

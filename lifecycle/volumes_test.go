@@ -76,7 +76,8 @@ func TestCheckHostPath(t *testing.T) {
 					c.Store.Dir = tt.store
 				}
 			})
-			got, prefix, err := e.m.checkHostPath(context.Background(), "v", tt.path)
+			mnt, err := e.m.checkHostPath(context.Background(), "v", tt.path)
+			got, prefix := mnt.Source, mnt.Beneath
 			if tt.code != "" {
 				wantCode(t, err, KindInvalid, tt.code)
 			} else {
@@ -105,17 +106,17 @@ func TestCheckHostPathEnginePaths(t *testing.T) {
 	e.rt.SetEnginePaths(data, sock)
 	ctx := context.Background()
 	for _, p := range []string{data, filepath.Join(data, "volumes"), sock, filepath.Join(dir, "run"), dir} {
-		_, _, err := e.m.checkHostPath(ctx, "v", p)
+		_, err := e.m.checkHostPath(ctx, "v", p)
 		wantCode(t, err, KindInvalid, CodeVolHostNotAllowed)
 	}
-	if _, _, err := e.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err != nil {
+	if _, err := e.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err != nil {
 		t.Errorf("a path beside the engine's: %v", err)
 	}
 
 	// Until the engine says where it keeps them, no host path is mounted.
 	e2 := newEnv(t, func(c *config.Config) { c.Storage.AllowedHostPaths = []string{dir} })
 	e2.rt.FailPing(runtime.ErrUnavailable)
-	if _, _, err := e2.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err == nil {
+	if _, err := e2.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err == nil {
 		t.Error("a host path was accepted while the engine could not say where it keeps its data")
 	}
 }
@@ -136,13 +137,13 @@ func TestPrepareVolumes(t *testing.T) {
 			name: "host with subPath",
 			vols: []Volume{{Name: "h", MountPath: "/data", SubPath: "sub", ReadOnly: true, Host: &HostPath{Path: root}}},
 			wantMounts: []runtime.Mount{
-				{Type: "bind", Source: filepath.Join(root, "sub"), Beneath: root, Target: "/data", ReadOnly: true},
+				{Kind: runtime.MountHost, Source: filepath.Join(root, "sub"), Beneath: root, Target: "/data", ReadOnly: true},
 			},
 		},
 		{
 			name:        "new named volume deleted with the sandbox",
 			vols:        []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "cache", DeleteOnSandboxTermination: true}}},
-			wantMounts:  []runtime.Mount{{Type: "volume", Source: "cache", Target: "/cache"}},
+			wantMounts:  []runtime.Mount{{Kind: runtime.MountVolume, Source: "cache", Target: "/cache"}},
 			wantManaged: []string{"cache"},
 		},
 		{
@@ -156,13 +157,13 @@ func TestPrepareVolumes(t *testing.T) {
 			vols:        []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "theirs", DeleteOnSandboxTermination: true}}},
 			existing:    map[string]map[string]string{"theirs": {LabelVolumeManaged: "server", LabelInstance: "another-instance"}},
 			allowedVols: []string{"theirs"},
-			wantMounts:  []runtime.Mount{{Type: "volume", Source: "theirs", Target: "/cache"}},
+			wantMounts:  []runtime.Mount{{Kind: runtime.MountVolume, Source: "theirs", Target: "/cache"}},
 		},
 		{
 			name:        "this instance's managed volume is deleted with the sandbox",
 			vols:        []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "ours", DeleteOnSandboxTermination: true}}},
 			existing:    map[string]map[string]string{"ours": {LabelVolumeManaged: "server", LabelInstance: "SELF"}},
-			wantMounts:  []runtime.Mount{{Type: "volume", Source: "ours", Target: "/cache"}},
+			wantMounts:  []runtime.Mount{{Kind: runtime.MountVolume, Source: "ours", Target: "/cache"}},
 			wantManaged: []string{"ours"},
 		},
 		{
@@ -176,7 +177,7 @@ func TestPrepareVolumes(t *testing.T) {
 			vols:        []Volume{{Name: "p", MountPath: "/cache", PVC: &PVC{ClaimName: "theirs", DeleteOnSandboxTermination: true}}},
 			existing:    map[string]map[string]string{"theirs": {}},
 			allowedVols: []string{"theirs"},
-			wantMounts:  []runtime.Mount{{Type: "volume", Source: "theirs", Target: "/cache"}},
+			wantMounts:  []runtime.Mount{{Kind: runtime.MountVolume, Source: "theirs", Target: "/cache"}},
 		},
 		{
 			name: "missing volume without create",

@@ -1,7 +1,27 @@
-// Package runtime defines what the lifecycle layer needs from a container
-// engine. The Docker implementation lives in runtime/docker; it is the only
-// code in sandboxd that talks to Docker, so another engine (Kubernetes) can be
-// added without touching api or lifecycle.
+// Package runtime defines what the lifecycle layer needs from an engine that
+// runs sandboxes, in lifecycle's words: a neutral Spec and State, a small
+// core interface (Runtime) and optional capabilities a runtime may lack
+// (Archive, Images, Volumes, Pauser, HostPaths, Records, Leadership,
+// Repairer, IsolatedNetworks, Egress), found by interface assertion.
+//
+// runtime/docker is the only code in sandboxd that talks to Docker; another
+// engine (Kubernetes) is one more package implementing these interfaces.
+//
+// Error contract, for every method below unless it says otherwise: a
+// failure wraps one of the sentinel errors when one applies, and callers
+// branch only on those with errors.Is:
+//   - ErrNotFound: the sandbox (or volume, image, path) does not exist.
+//   - ErrConflict: the sandbox is not in a state that allows the call
+//     (paused, stopped, a name in use), or a Pause, Unpause, Commit or
+//     Remove cut the call short.
+//   - ErrUnavailable: the engine does not answer (down, or past the
+//     runtime's own API deadline).
+//   - ErrContainerTimeout: the engine answers, but not about this sandbox
+//     within the runtime's per-sandbox deadline (it is stuck on it).
+//
+// Any other error is the engine's refusal, reported to the client as a
+// failure of the operation. Every call returns by ctx's end and by the
+// runtime's own deadline, whichever comes first: no call may hang.
 package runtime
 
 import (
@@ -19,74 +39,189 @@ var (
 	ErrConflict    = errors.New("conflict")
 	ErrUnavailable = errors.New("container engine unavailable")
 	// ErrContainerTimeout: the engine answers, but a call about one
-	// container did not finish in time (the engine is stuck on it).
+	// sandbox did not finish in time (the engine is stuck on it).
 	ErrContainerTimeout = errors.New("container engine call timed out")
 )
 
-// Repairer is implemented by runtimes that can free a container the engine
+// Runtime is the core every engine provides: sandboxes made from a Spec,
+// their state, logs and the transport to the agent inside them.
+type Runtime interface {
+	// Name is the engine's name in lower case ("docker", "kubernetes"). In
+	// upper case it prefixes the engine-scoped error codes the API
+	// answers (DOCKER::SANDBOX_NOT_FOUND, as upstream's Docker provider).
+	Name() string
+	// Ping reports whether the engine answers (ErrUnavailable if not).
+	Ping(ctx context.Context) error
+	// Create makes (but does not start) a sandbox and returns its id,
+	// which callers treat as opaque (of any length). The image must be
+	// present where the runtime has Images; else the engine fetches it.
+	// A mount it cannot make exactly as checked is a *MountError; a name
+	// in use is ErrConflict.
+	Create(ctx context.Context, spec Spec) (string, error)
+	// Start starts a created sandbox (ErrNotFound if it is gone).
+	Start(ctx context.Context, id string) error
+	// Inspect returns the sandbox's current state (ErrNotFound if gone).
+	Inspect(ctx context.Context, id string) (Container, error)
+	// List returns the sandboxes carrying all of the given labels (a label
+	// with an empty value matches any value). Entries may lack ExitCode,
+	// OOMKilled and FinishedAt; Inspect has them.
+	List(ctx context.Context, labels map[string]string) ([]Container, error)
+	// Remove kills and removes a sandbox and what the runtime made for it
+	// alone (anonymous volumes, pinned mounts). ErrNotFound if it was
+	// already gone, which callers treat as done.
+	Remove(ctx context.Context, id string) error
+	// Logs streams the sandbox's main process output (stdout and stderr
+	// combined) as plain text: at most the last tail lines (0: all), from
+	// since on (zero: from the start). The stream ends with ctx.
+	Logs(ctx context.Context, id string, tail int, since time.Time) (io.ReadCloser, error)
+	// Agent returns a transport to the agent inside the sandbox, starting
+	// the agent if it is not running: ErrConflict if the sandbox is paused
+	// or stopped (nothing can start in it), ErrNotFound if it is gone.
+	// Setting the transport up (an exec attach) is bounded by ctx and by
+	// the runtime's per-sandbox deadline (ErrContainerTimeout). Requests
+	// sent through it reach the agent's execd API whatever the URL host.
+	Agent(ctx context.Context, id string) (http.RoundTripper, error)
+	// Close releases the engine connection and agent sessions; no call
+	// may follow it.
+	Close() error
+}
+
+// Archive is implemented by runtimes that can copy files in and out of a
+// sandbox through the engine, without its agent; it is what works on a
+// sandbox whose processes cannot run (stopped). Without it, files go
+// through the agent only. The calls work on a paused sandbox too; a Pause,
+// Unpause, Commit or Remove may cut one in flight short: it then fails
+// with ErrConflict.
+type Archive interface {
+	// PutArchive extracts a tar stream into dir inside the sandbox
+	// (ErrNotFound if dir does not exist).
+	PutArchive(ctx context.Context, id, dir string, tar io.Reader) error
+	// GetArchive returns a tar stream of path inside the sandbox
+	// (ErrNotFound if absent); the transfer lasts until it is closed.
+	GetArchive(ctx context.Context, id, path string) (io.ReadCloser, PathStat, error)
+	// StatPath describes path inside the sandbox (ErrNotFound if absent).
+	StatPath(ctx context.Context, id, path string) (PathStat, error)
+}
+
+// Images is implemented by runtimes that manage images themselves: pulls
+// before create, and snapshots (a sandbox's filesystem committed as an
+// image). Without it the engine fetches images on Create and snapshots are
+// not supported.
+type Images interface {
+	// EnsureImage makes ref available locally, pulling it if absent.
+	// progress (may be nil) receives human-readable pull progress lines.
+	EnsureImage(ctx context.Context, ref string, auth *RegistryAuth, platform string, progress func(string)) error
+	// ImageExists reports whether ref is present locally.
+	ImageExists(ctx context.Context, ref string) (bool, error)
+	// Commit saves the sandbox's filesystem as image ref (ErrNotFound if
+	// the sandbox is gone).
+	Commit(ctx context.Context, id, ref string) error
+	// RemoveImage removes image ref (ErrNotFound if absent, ErrConflict if
+	// a sandbox uses it).
+	RemoveImage(ctx context.Context, ref string) error
+}
+
+// Volumes is implemented by runtimes with named volumes (a Docker volume,
+// a Kubernetes PersistentVolumeClaim). Without it, named volumes are not
+// supported.
+type Volumes interface {
+	// EnsureVolume makes sure the named volume exists, creating it with
+	// labels when create is set (ErrNotFound otherwise). It returns whether
+	// it created the volume and the labels of the volume.
+	EnsureVolume(ctx context.Context, name string, create bool, labels map[string]string) (created bool, volumeLabels map[string]string, err error)
+	// RemoveVolume removes a named volume (ErrNotFound if absent,
+	// ErrConflict if a sandbox still mounts it).
+	RemoveVolume(ctx context.Context, name string) error
+}
+
+// Pauser is implemented by runtimes that can freeze a sandbox's processes
+// and thaw them. Without it, pause and resume are not supported.
+type Pauser interface {
+	// Pause freezes a running sandbox (ErrConflict if it is not running or
+	// already paused).
+	Pause(ctx context.Context, id string) error
+	// Unpause thaws a paused sandbox (ErrConflict if it is not paused).
+	Unpause(ctx context.Context, id string) error
+}
+
+// HostPaths is implemented by runtimes that can bind-mount a path of the
+// host their engine runs on. The check is the runtime's: only it knows
+// that host's filesystem and where the engine keeps its own data (a remote
+// engine's host is not sandboxd's). Without it, host volumes are not
+// supported.
+type HostPaths interface {
+	// CheckHostPath judges path (absolute, normalised) for a bind mount:
+	// after symlink resolution it must lie under one of allowed and near
+	// none of forbidden, nor of the engine's own data and socket. It
+	// returns the mount to make (Source resolved, Beneath the resolved
+	// allowed prefix it lies in). A refusal is a *HostPathError; an
+	// engine that cannot tell where it keeps its data is ErrUnavailable.
+	CheckHostPath(ctx context.Context, path string, allowed, forbidden []string) (Mount, error)
+}
+
+// HostPathError is a host path CheckHostPath refuses.
+type HostPathError struct {
+	// NotAllowed is set when the path is outside what may be mounted
+	// (else it is malformed, missing its parent, or of the wrong type).
+	NotAllowed bool
+	Reason     string // starts with "host path <path>"
+}
+
+func (e *HostPathError) Error() string { return e.Reason }
+
+// Records is implemented by runtimes whose engine can hold sandboxd's
+// bookkeeping about each sandbox on the sandbox itself (Kubernetes: pod
+// annotations), so that several sandboxd replicas share one cluster's
+// state instead of each keeping a local file. A record is opaque bytes
+// (lifecycle's JSON), at most 128 KiB, keyed by the sandbox's Spec.Name.
+type Records interface {
+	// PutRecord stores data as the record of sandbox name, replacing any.
+	// ErrNotFound if no sandbox of that name exists (yet or any more): a
+	// record lives and dies with its sandbox.
+	PutRecord(ctx context.Context, name string, data []byte) error
+	// Record returns the record of sandbox name (ErrNotFound if there is
+	// no such sandbox or it carries no record).
+	Record(ctx context.Context, name string) ([]byte, error)
+	// Records returns the records of the sandboxes carrying all of labels
+	// (as List), by sandbox name; sandboxes without one are left out.
+	Records(ctx context.Context, labels map[string]string) (map[string][]byte, error)
+	// UpdateRecord replaces the record of sandbox name with fn(current)
+	// atomically against other replicas (compare-and-swap, retried with a
+	// fresh current on a conflict; fn may run more than once). ErrNotFound
+	// as Record; an error from fn is returned as is, nothing written.
+	UpdateRecord(ctx context.Context, name string, fn func(current []byte) ([]byte, error)) error
+	// Secret returns the cluster's random secret of this name (at least
+	// 32 bytes), creating it on first use: every replica gets the same.
+	Secret(ctx context.Context, name string) ([]byte, error)
+}
+
+// Leadership is implemented by runtimes shared by several sandboxd
+// replicas (Kubernetes: a coordination.k8s.io Lease). One replica at a time
+// runs the background work that must not run twice: reconciling, the
+// reaper, pool fillers. Without it, this sandboxd is the only one.
+type Leadership interface {
+	// Lead blocks until this replica leads, or ctx ends (ctx's error). It
+	// returns a context that ends when leadership is lost or ctx ends;
+	// the replica must stop that work by then. Lead may be called again
+	// after the returned context ended.
+	Lead(ctx context.Context) (context.Context, error)
+}
+
+// Repairer is implemented by runtimes that can free a sandbox the engine
 // is stuck on (a Docker container frozen while runc started a process in
-// it). Repair reports whether the container needed it; it is cheap when
+// it). Repair reports whether the sandbox needed it; it is cheap when
 // not, so callers may try it on every paused sandbox.
 type Repairer interface {
 	Repair(ctx context.Context, id string) (bool, error)
 }
 
-// Runtime creates and drives sandbox containers.
-type Runtime interface {
-	// Ping reports whether the engine answers.
-	Ping(ctx context.Context) error
-	// EnginePaths returns the host paths through which a container could
-	// take the engine over: its data directory and its socket, wherever
-	// this engine keeps them.
-	EnginePaths(ctx context.Context) ([]string, error)
-	// EnsureImage makes ref available locally, pulling it if absent.
-	// progress receives human-readable pull progress lines.
-	EnsureImage(ctx context.Context, ref string, auth *RegistryAuth, platform string, progress func(string)) error
-	// ImageExists reports whether ref is present locally.
-	ImageExists(ctx context.Context, ref string) (bool, error)
-	// Create creates (but does not start) a container and returns its id.
-	// A mount it cannot make exactly as checked is a *MountError.
-	Create(ctx context.Context, spec Spec) (string, error)
-	Start(ctx context.Context, id string) error
-	Inspect(ctx context.Context, id string) (Container, error)
-	// List returns the containers carrying all of the given labels
-	// (a label with an empty value matches any value).
-	List(ctx context.Context, labels map[string]string) ([]Container, error)
-	// Remove kills and removes a container, and its anonymous volumes.
-	Remove(ctx context.Context, id string) error
-	Pause(ctx context.Context, id string) error
-	Unpause(ctx context.Context, id string) error
-	// Commit saves the container's filesystem as image ref.
-	Commit(ctx context.Context, id, ref string) error
-	RemoveImage(ctx context.Context, ref string) error
-	// Logs streams the container's combined stdout and stderr as plain text.
-	Logs(ctx context.Context, id string, tail int, since time.Time) (io.ReadCloser, error)
-
-	// The archive and stat calls work on a paused container too. A Pause,
-	// Unpause, Commit or Remove may cut one in flight short: it then fails
-	// with ErrConflict.
-
-	// PutArchive extracts a tar stream into dir inside the container.
-	PutArchive(ctx context.Context, id, dir string, tar io.Reader) error
-	// GetArchive returns a tar stream of path inside the container.
-	GetArchive(ctx context.Context, id, path string) (io.ReadCloser, PathStat, error)
-	// StatPath describes path inside the container (ErrNotFound if absent).
-	StatPath(ctx context.Context, id, path string) (PathStat, error)
-
-	// Agent returns a transport to the agent inside the container, starting
-	// the agent if it is not running (ErrConflict if the container is
-	// paused: nothing can start in it). Requests sent through it reach the
-	// agent's execd API whatever the URL host is.
-	Agent(ctx context.Context, id string) (http.RoundTripper, error)
-
-	// EnsureVolume makes sure the named volume exists, creating it with
-	// labels when create is set (ErrNotFound otherwise). It returns whether
-	// it created the volume and the labels of the volume.
-	EnsureVolume(ctx context.Context, name string, create bool, labels map[string]string) (created bool, volumeLabels map[string]string, err error)
-	RemoveVolume(ctx context.Context, name string) error
-
-	// Close releases the engine connection and agent sessions.
-	Close() error
+// IsolatedNetworks is implemented by runtimes that can make a network on
+// which sandboxes reach the outside but not each other.
+type IsolatedNetworks interface {
+	// EnsureIsolatedNetwork creates network name, carrying labels, unless
+	// it exists; an existing one that lets its sandboxes talk to each
+	// other is an error, not silently used.
+	EnsureIsolatedNetwork(ctx context.Context, name string, labels map[string]string) error
 }
 
 // RegistryAuth is the credential for pulling a private image.
@@ -95,47 +230,115 @@ type RegistryAuth struct {
 	Password string
 }
 
-// Spec is everything needed to create a sandbox container.
+// Spec is everything needed to create a sandbox, in no engine's words.
 type Spec struct {
-	Name     string
+	Name     string // unique among the engine's sandboxes
 	Image    string
-	Cmd      []string
-	Env      []string
+	Cmd      []string // replaces the image's entrypoint and command
+	Env      []string // KEY=value
 	Labels   map[string]string
 	Platform string // "os/arch" or ""
 
-	NanoCPUs    int64
-	MemoryBytes int64
-	GPUCount    int // 0 none, -1 all
-	PidsLimit   int64
-	// CPUShares (relative CPU weight) and MemoryReservationBytes (soft
-	// memory limit) carry resource requests; 0 is the engine's default.
-	CPUShares              int64
-	MemoryReservationBytes int64
-
-	NetworkMode    string
-	CapDrop        []string
-	CapAdd         []string
-	SecurityOpt    []string
-	ReadOnlyRootfs bool
-	User           string
-	OCIRuntime     string
-	Mounts         []Mount
-	Tmpfs          map[string]string
+	Resources Resources
+	User      string // "uid[:gid]" or "name[:group]"; "" = the image's
+	// ReadOnlyRoot mounts the image read-only (Tmpfs gives scratch space).
+	ReadOnlyRoot bool
+	Capabilities Capabilities
+	// NoNewPrivileges: no process gains privileges through execve
+	// (setuid binaries, file capabilities).
+	NoNewPrivileges bool
+	// SeccompProfile and AppArmorProfile name profiles the engine knows;
+	// "" = the engine's default profile.
+	SeccompProfile  string
+	AppArmorProfile string
+	// RuntimeClass is an alternative OCI runtime the engine offers
+	// (Docker's runtime name, a Kubernetes RuntimeClass); "" = default.
+	RuntimeClass string
+	Network      Network
+	Mounts       []Mount
+	Tmpfs        []Tmpfs
 }
+
+// Resources bound what a sandbox may use; 0 is no bound (the engine's
+// default).
+type Resources struct {
+	NanoCPUs    int64 // CPU limit in billionths of a CPU
+	MemoryBytes int64 // memory limit (no swap beyond it)
+	GPUs        int   // 0 none, -1 all
+	Pids        int64 // processes at once
+	// CPURequest (nano-CPUs) and MemoryRequestBytes are what the sandbox
+	// is guaranteed (Kubernetes requests; Docker: CPU weight and soft
+	// memory limit).
+	CPURequest         int64
+	MemoryRequestBytes int64
+}
+
+// Capabilities is the set of Linux capabilities of a sandbox's processes:
+// the engine's default set, or none if DropAll, minus Drop, plus Add.
+// Names are upper case without the CAP_ prefix.
+type Capabilities struct {
+	DropAll bool
+	Drop    []string
+	Add     []string
+}
+
+// NetworkMode is what network a sandbox is attached to.
+type NetworkMode int
+
+// Network modes.
+const (
+	// NetworkDefault is the engine's default network (Docker's bridge, a
+	// pod network).
+	NetworkDefault NetworkMode = iota
+	// NetworkNone: no network interface but loopback.
+	NetworkNone
+	// NetworkIsolated is the network Name made by
+	// IsolatedNetworks.EnsureIsolatedNetwork.
+	NetworkIsolated
+	// NetworkNamed is an existing network Name the operator chose.
+	NetworkNamed
+	// NetworkJoin shares the network namespace of sandbox Name (its id):
+	// a policed sandbox joins its egress helper's.
+	NetworkJoin
+)
+
+// Network is a sandbox's network intent.
+type Network struct {
+	Mode NetworkMode
+	Name string // for NetworkIsolated, NetworkNamed, NetworkJoin
+}
+
+// MountKind is what a Mount mounts.
+type MountKind int
+
+// Mount kinds.
+const (
+	MountHost   MountKind = iota + 1 // a host path (see HostPaths)
+	MountVolume                      // a named volume (see Volumes)
+)
 
 // Mount is a bind mount of a host path or a named volume.
 type Mount struct {
-	Type     string // "bind" or "volume"
+	Kind     MountKind
 	Source   string // host path or volume name
-	Target   string
+	Target   string // path in the sandbox
 	ReadOnly bool
 	SubPath  string // a directory inside the volume, mounted instead of all of it
-	// Beneath, for a bind, is the checked directory Source lies in (an
-	// allowed prefix). The runtime reaches Source from it without
-	// following symlinks, creates missing directories, and mounts exactly
-	// what it reached; a Source that is not below Beneath is refused.
+	// Beneath, for a host path, is the checked directory Source lies in
+	// (an allowed prefix, from CheckHostPath). The runtime reaches Source
+	// from it without following symlinks, creates missing directories, and
+	// mounts exactly what it reached; a Source not below it is refused.
 	Beneath string
+}
+
+// Tmpfs is a memory-backed scratch filesystem in the sandbox.
+type Tmpfs struct {
+	Path      string
+	SizeBytes int64       // 0: the engine's default
+	Mode      os.FileMode // permission bits; 0: 1777
+	// Exec allows running programs from it (a code sandbox's /tmp must);
+	// it is always nosuid and nodev.
+	Exec bool
 }
 
 // MountError is a mount Create refuses: what was asked cannot be mounted
@@ -149,26 +352,58 @@ type MountError struct {
 
 func (e *MountError) Error() string { return "mount at " + e.Target + ": " + e.Reason }
 
-// Container is the engine's view of one container.
+// State is a sandbox's life stage, as any engine can tell it.
+type State int
+
+// States.
+const (
+	StateUnknown    State = iota
+	StateCreated          // made, not started (or still starting)
+	StateRunning          // its processes run
+	StatePaused           // its processes are frozen
+	StateRestarting       // its main process ended and the engine restarts it
+	StateRemoving         // being removed
+	StateExited           // its main process ended
+	StateDead             // the engine failed to stop or remove it
+)
+
+var stateNames = [...]string{"unknown", "created", "running", "paused", "restarting", "removing", "exited", "dead"}
+
+// String is the state's lower-case name.
+func (s State) String() string {
+	if s < 0 || int(s) >= len(stateNames) {
+		return stateNames[0]
+	}
+	return stateNames[s]
+}
+
+// Active reports whether the sandbox has processes, running or frozen:
+// running, paused or restarting (Docker's Running flag).
+func (s State) Active() bool {
+	return s == StateRunning || s == StatePaused || s == StateRestarting
+}
+
+// Stopped reports whether the sandbox's main process has ended for good.
+func (s State) Stopped() bool { return s == StateExited || s == StateDead }
+
+// Container is the engine's view of one sandbox.
 type Container struct {
-	ID         string
-	Name       string
-	Image      string // the image reference it was created from
-	ImageTags  []string
-	Labels     map[string]string
-	Cmd        []string
-	Created    time.Time
-	Status     string // created, running, paused, restarting, removing, exited, dead
-	Running    bool
-	Paused     bool
-	OOMKilled  bool
-	ExitCode   int
-	StartedAt  time.Time // zero until started
+	ID        string
+	Name      string
+	Image     string // the image reference it was created from
+	Labels    map[string]string
+	Cmd       []string
+	Created   time.Time
+	State     State
+	OOMKilled bool
+	ExitCode  int
+	StartedAt time.Time // zero until started
+	// FinishedAt is when the main process last ended (zero if never).
 	FinishedAt time.Time
 	Error      string // the engine's reason for a failed start, if any
 }
 
-// PathStat describes a path inside a container.
+// PathStat describes a path inside a sandbox.
 type PathStat struct {
 	Name  string
 	Size  int64
@@ -177,11 +412,11 @@ type PathStat struct {
 	IsDir bool
 }
 
-// IsolatedNetworks is implemented by runtimes that can make a network on
-// which containers reach the outside but not each other.
-type IsolatedNetworks interface {
-	// EnsureIsolatedNetwork creates network name, carrying labels, unless
-	// it exists; an existing one that lets its containers talk to each
-	// other is an error, not silently used.
-	EnsureIsolatedNetwork(ctx context.Context, name string, labels map[string]string) error
+// ShortID is id cut to 12 characters for logs, or id itself if shorter
+// (ids are opaque: a runtime's may be short).
+func ShortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }

@@ -20,12 +20,10 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/registry"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -70,6 +68,9 @@ type Docker struct {
 	mu       sync.Mutex
 	sessions map[string]*agentSession // by container id
 
+	engineMu         sync.Mutex
+	enginePathsKnown []string // the engine's own host paths, once known
+
 	mountDir    string
 	hostMu      ctxLock
 	hostDecided bool
@@ -84,7 +85,16 @@ type Docker struct {
 	removeRetryDelay time.Duration // tests shorten it
 }
 
-var _ runtime.Runtime = (*Docker)(nil)
+var (
+	_ runtime.Runtime          = (*Docker)(nil)
+	_ runtime.Archive          = (*Docker)(nil)
+	_ runtime.Images           = (*Docker)(nil)
+	_ runtime.Volumes          = (*Docker)(nil)
+	_ runtime.Pauser           = (*Docker)(nil)
+	_ runtime.HostPaths        = (*Docker)(nil)
+	_ runtime.Repairer         = (*Docker)(nil)
+	_ runtime.IsolatedNetworks = (*Docker)(nil)
+)
 
 // New connects to dockerd, negotiating the API version (1.41 and newer work).
 func New(ctx context.Context, opts Options) (*Docker, error) {
@@ -194,24 +204,8 @@ func (d *Docker) Ping(ctx context.Context) error {
 	return nil
 }
 
-// EnginePaths implements runtime.Runtime: Docker's root directory and,
-// for a local daemon, its socket.
-func (d *Docker) EnginePaths(ctx context.Context) ([]string, error) {
-	ctx, cancel := d.call(ctx)
-	defer cancel()
-	info, err := d.cli.Info(ctx)
-	if err != nil {
-		return nil, wrap(err, "docker info")
-	}
-	var paths []string
-	if info.DockerRootDir != "" {
-		paths = append(paths, info.DockerRootDir)
-	}
-	if sock, ok := strings.CutPrefix(d.cli.DaemonHost(), "unix://"); ok {
-		paths = append(paths, sock)
-	}
-	return paths, nil
-}
+// Name implements runtime.Runtime.
+func (d *Docker) Name() string { return "docker" }
 
 // ImageExists implements runtime.Runtime.
 func (d *Docker) ImageExists(ctx context.Context, ref string) (bool, error) {
@@ -283,73 +277,11 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	cfg := &container.Config{
-		Image:  spec.Image,
-		Cmd:    spec.Cmd,
-		Env:    spec.Env,
-		Labels: spec.Labels,
-		User:   spec.User,
-	}
-	if len(spec.Cmd) > 0 {
-		// The request's entrypoint replaces the image's ENTRYPOINT and CMD,
-		// as upstream does with its bootstrap launcher.
-		cfg.Entrypoint = []string{spec.Cmd[0]}
-		cfg.Cmd = spec.Cmd[1:]
-	}
-	pids := spec.PidsLimit
-	// An init as PID 1 reaps the orphans of commands, which the agent
-	// does not; without it zombies pile up against the pids limit.
-	withInit := true
-	host := &container.HostConfig{
-		Init: &withInit,
-		// Docker's default on cgroup v1 hosts is the host's cgroup
-		// namespace, which shows the sandbox the host's cgroup paths.
-		CgroupnsMode:   container.CgroupnsModePrivate,
-		NetworkMode:    container.NetworkMode(spec.NetworkMode),
-		CapDrop:        spec.CapDrop,
-		CapAdd:         spec.CapAdd,
-		SecurityOpt:    spec.SecurityOpt,
-		ReadonlyRootfs: spec.ReadOnlyRootfs,
-		Runtime:        spec.OCIRuntime,
-		Tmpfs:          spec.Tmpfs,
-		Resources: container.Resources{
-			NanoCPUs:          spec.NanoCPUs,
-			Memory:            spec.MemoryBytes,
-			CPUShares:         spec.CPUShares,
-			MemoryReservation: spec.MemoryReservationBytes,
-		},
-		Mounts: []mount.Mount{{
-			Type: mount.TypeVolume, Source: volName, Target: AgentDir, ReadOnly: true,
-			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
-		}},
-	}
-	if pids > 0 {
-		host.Resources.PidsLimit = &pids
-	}
-	// Without rotation, what a sandbox's main process prints fills the
-	// host's disk; without a size, so does what it writes to its root.
-	host.LogConfig.Config = d.logRotation(ctx)
-	if d.opts.DiskLimit != "" {
-		host.StorageOpt = map[string]string{"size": d.opts.DiskLimit}
-	}
-	if spec.MemoryBytes > 0 {
-		// No swap beyond the memory limit: a memory hog is OOM-killed
-		// instead of thrashing the host.
-		host.Resources.MemorySwap = spec.MemoryBytes
-	}
-	if spec.GPUCount != 0 {
-		host.Resources.DeviceRequests = []container.DeviceRequest{{Count: spec.GPUCount, Capabilities: [][]string{{"gpu"}}}}
-	}
 	mounts, pinDir, err := d.planMounts(ctx, spec.Name, spec.Mounts)
 	if err != nil {
 		return "", err
 	}
-	host.Mounts = append(host.Mounts, mounts...)
-	var plat *ocispec.Platform
-	if spec.Platform != "" {
-		os, arch, _ := strings.Cut(spec.Platform, "/")
-		plat = &ocispec.Platform{OS: os, Architecture: arch}
-	}
+	cfg, host, plat := translate(spec, engineSetup{agentVolume: volName, mounts: mounts, logOpts: d.logRotation(ctx), diskLimit: d.opts.DiskLimit})
 	cctx, cancel := d.call(ctx)
 	defer cancel()
 	resp, err := d.cli.ContainerCreate(cctx, cfg, host, nil, plat, spec.Name)
@@ -453,9 +385,7 @@ func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, err
 	}
 	c.Created, _ = time.Parse(time.RFC3339Nano, info.Created)
 	if st := info.State; st != nil {
-		c.Status = string(st.Status)
-		c.Running = st.Running
-		c.Paused = st.Paused
+		c.State = state(st.Status)
 		c.OOMKilled = st.OOMKilled
 		c.ExitCode = st.ExitCode
 		c.Error = st.Error
@@ -467,7 +397,7 @@ func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, err
 		}
 	}
 	d.exitMu.Lock()
-	if c.Status == "exited" || c.Status == "dead" {
+	if c.State.Stopped() {
 		d.exited[id] = c
 	} else {
 		delete(d.exited, id)
@@ -494,7 +424,7 @@ func (d *Docker) summary(ctx context.Context, id string) (runtime.Container, boo
 		d.exitMu.Lock()
 		last, known := d.exited[id]
 		d.exitMu.Unlock()
-		if known && c.Status == last.Status {
+		if known && c.State == last.State {
 			return last, true, nil
 		}
 		return c, true, nil
@@ -530,9 +460,7 @@ func summaries(list []container.Summary) []runtime.Container {
 			Image:   s.Image,
 			Labels:  s.Labels,
 			Created: time.Unix(s.Created, 0).UTC(),
-			Status:  string(s.State),
-			Running: s.State == container.StateRunning,
-			Paused:  s.State == container.StatePaused,
+			State:   state(s.State),
 		}
 		if len(s.Names) > 0 {
 			c.Name = strings.TrimPrefix(s.Names[0], "/")
@@ -540,6 +468,27 @@ func summaries(list []container.Summary) []runtime.Container {
 		out = append(out, c)
 	}
 	return out
+}
+
+// state is the neutral name of a Docker container state.
+func state(s container.ContainerState) runtime.State {
+	switch s {
+	case container.StateCreated:
+		return runtime.StateCreated
+	case container.StateRunning:
+		return runtime.StateRunning
+	case container.StatePaused:
+		return runtime.StatePaused
+	case container.StateRestarting:
+		return runtime.StateRestarting
+	case container.StateRemoving:
+		return runtime.StateRemoving
+	case container.StateExited:
+		return runtime.StateExited
+	case container.StateDead:
+		return runtime.StateDead
+	}
+	return runtime.StateUnknown
 }
 
 // removeAttempts and removeRetryDelay shape Remove's retries.
@@ -691,7 +640,7 @@ func (d *Docker) Repair(ctx context.Context, id string) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	if info.Paused {
+	if info.State == runtime.StatePaused {
 		return true, d.freezer.refreeze(c)
 	}
 	return true, nil

@@ -19,12 +19,10 @@ func (d *Docker) CreateEgressHelper(ctx context.Context, spec runtime.Spec) (str
 	spec.Cmd = []string{agentPath, "egress", "hold"}
 	spec.Env = nil
 	spec.User = "0"
-	spec.CapDrop = []string{"ALL"}
-	spec.CapAdd = []string{"NET_ADMIN", "NET_BIND_SERVICE"}
-	spec.SecurityOpt = []string{"no-new-privileges:true"}
+	spec.Capabilities = runtime.Capabilities{DropAll: true, Add: []string{"NET_ADMIN", "NET_BIND_SERVICE"}}
+	spec.NoNewPrivileges = true
 	// Go needs threads for blocking syscalls; 256 is ample for the daemon.
-	spec.PidsLimit = 256
-	spec.MemoryBytes = 128 << 20
+	spec.Resources = runtime.Resources{Pids: 256, MemoryBytes: 128 << 20}
 	spec.Mounts = nil
 	id, err := d.Create(ctx, spec)
 	if err != nil {

@@ -108,7 +108,7 @@ func (d *Docker) planMounts(ctx context.Context, name string, ms []runtime.Mount
 		mm := mount.Mount{Type: mount.TypeVolume, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
 		base, rel := "", ""
 		switch {
-		case m.Type == "bind":
+		case m.Kind == runtime.MountHost:
 			r, err := filepath.Rel(m.Beneath, m.Source)
 			if m.Beneath == "" || err != nil || r == ".." || strings.HasPrefix(r, "../") {
 				return fail(&runtime.MountError{Target: m.Target, Reason: fmt.Sprintf("host path %s is not below the checked directory %q", m.Source, m.Beneath)})
@@ -153,7 +153,7 @@ func (d *Docker) planMounts(ctx context.Context, name string, ms []runtime.Mount
 		}
 		f, err := openBeneath(base, rel)
 		if err != nil {
-			return fail(&runtime.MountError{Target: m.Target, SubPath: m.Type != "bind", Reason: err.Error()})
+			return fail(&runtime.MountError{Target: m.Target, SubPath: m.Kind != runtime.MountHost, Reason: err.Error()})
 		}
 		if perr != nil {
 			f.Close()

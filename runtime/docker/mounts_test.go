@@ -68,22 +68,22 @@ func TestPlanMountsUnpinned(t *testing.T) {
 		refused bool
 	}{
 		{name: "engine subPath", api: "1.45", driver: "local",
-			m:    runtime.Mount{Type: "volume", Source: "v", Target: "/d", SubPath: "a/b", ReadOnly: true},
+			m:    runtime.Mount{Kind: runtime.MountVolume, Source: "v", Target: "/d", SubPath: "a/b", ReadOnly: true},
 			want: mount.Mount{Type: mount.TypeVolume, Source: "v", Target: "/d", ReadOnly: true, VolumeOptions: &mount.VolumeOptions{Subpath: "a/b"}}},
 		{name: "old engine, local volume, cannot pin", api: "1.41", driver: "local",
-			m: runtime.Mount{Type: "volume", Source: "v", Target: "/d", SubPath: "a"}, refused: true, subPath: true},
+			m: runtime.Mount{Kind: runtime.MountVolume, Source: "v", Target: "/d", SubPath: "a"}, refused: true, subPath: true},
 		{name: "old engine, other driver", api: "1.41", driver: "nfs",
-			m: runtime.Mount{Type: "volume", Source: "v", Target: "/d", SubPath: "a"}, refused: true, subPath: true},
+			m: runtime.Mount{Kind: runtime.MountVolume, Source: "v", Target: "/d", SubPath: "a"}, refused: true, subPath: true},
 		{name: "volume without subPath", api: "1.41",
-			m:    runtime.Mount{Type: "volume", Source: "v", Target: "/d"},
+			m:    runtime.Mount{Kind: runtime.MountVolume, Source: "v", Target: "/d"},
 			want: mount.Mount{Type: mount.TypeVolume, Source: "v", Target: "/d"}},
 		{name: "host path below a read-write bind", api: "1.41",
-			m: runtime.Mount{Type: "bind", Source: filepath.Join(work, "sub"), Beneath: dir, Target: "/h"}, refused: true},
+			m: runtime.Mount{Kind: runtime.MountHost, Source: filepath.Join(work, "sub"), Beneath: dir, Target: "/h"}, refused: true},
 		{name: "host path beside it", api: "1.41",
-			m:    runtime.Mount{Type: "bind", Source: other, Beneath: dir, Target: "/h", ReadOnly: true},
+			m:    runtime.Mount{Kind: runtime.MountHost, Source: other, Beneath: dir, Target: "/h", ReadOnly: true},
 			want: mount.Mount{Type: mount.TypeBind, Source: other, Target: "/h", ReadOnly: true, BindOptions: &mount.BindOptions{}}},
 		{name: "host path outside its prefix", api: "1.41",
-			m: runtime.Mount{Type: "bind", Source: "/etc", Beneath: dir, Target: "/h"}, refused: true},
+			m: runtime.Mount{Kind: runtime.MountHost, Source: "/etc", Beneath: dir, Target: "/h"}, refused: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

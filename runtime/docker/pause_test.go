@@ -153,7 +153,7 @@ func TestPauseCutsAStalledDownloadShort(t *testing.T) {
 	<-streaming
 
 	c, err := d.Inspect(ctx, "c1")
-	if err != nil || !c.Running || list.Load() != 1 {
+	if err != nil || c.State != runtime.StateRunning || list.Load() != 1 {
 		t.Fatalf("Inspect during a transfer = %+v, %v (list asked %d times); want it answered from the list", c, err, list.Load())
 	}
 	if err := d.Pause(ctx, "c1"); err != nil {
@@ -204,7 +204,7 @@ func TestInspectDuringTransferKeepsTheExitCode(t *testing.T) {
 	defer rc.Close()
 	<-locked
 	c, err := d.Inspect(ctx, "c1")
-	if err != nil || c.ExitCode != 3 || !c.OOMKilled || c.Status != "exited" {
+	if err != nil || c.ExitCode != 3 || !c.OOMKilled || c.State != runtime.StateExited {
 		t.Errorf("Inspect during a transfer = %+v, %v; want exit code 3, OOM killed", c, err)
 	}
 }

@@ -18,12 +18,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/hostpath"
 )
 
 // File is one entry of a fake container's filesystem.
@@ -67,6 +69,11 @@ type Runtime struct {
 
 var (
 	_ runtime.Runtime          = (*Runtime)(nil)
+	_ runtime.Archive          = (*Runtime)(nil)
+	_ runtime.Images           = (*Runtime)(nil)
+	_ runtime.Volumes          = (*Runtime)(nil)
+	_ runtime.Pauser           = (*Runtime)(nil)
+	_ runtime.HostPaths        = (*Runtime)(nil)
 	_ runtime.Repairer         = (*Runtime)(nil)
 	_ runtime.IsolatedNetworks = (*Runtime)(nil)
 )
@@ -336,23 +343,33 @@ func (f *Runtime) Ping(context.Context) error {
 	return f.pingErr
 }
 
-// SetEnginePaths sets what EnginePaths reports, as for an engine that
-// keeps its data or socket somewhere unusual.
+// SetEnginePaths sets where the engine keeps its data or socket, which
+// CheckHostPath refuses as it does forbidden paths.
 func (f *Runtime) SetEnginePaths(paths ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.enginePaths = paths
 }
 
-// EnginePaths fails as Ping does.
-func (f *Runtime) EnginePaths(context.Context) ([]string, error) {
-	if err := f.use("EnginePaths"); err != nil {
-		return nil, err
+// CheckHostPath implements runtime.HostPaths on the test's own disk, as
+// Docker's for a local engine: it fails as Ping does (an engine that does
+// not answer cannot say where it keeps its data).
+func (f *Runtime) CheckHostPath(_ context.Context, p string, allowed, forbidden []string) (runtime.Mount, error) {
+	if err := f.use("CheckHostPath"); err != nil {
+		return runtime.Mount{}, err
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.enginePaths, f.pingErr
+	engine, pingErr := f.enginePaths, f.pingErr
+	f.mu.Unlock()
+	if pingErr != nil {
+		return runtime.Mount{}, pingErr
+	}
+	return hostpath.Check(p, allowed, append(slices.Clone(forbidden), engine...))
 }
+
+// Name is "docker", the engine the fake imitates: engine-scoped error
+// codes read DOCKER::, as on the wire.
+func (f *Runtime) Name() string { return "docker" }
 
 // EnsureImage and ImageExists have every image.
 func (f *Runtime) EnsureImage(context.Context, string, *runtime.RegistryAuth, string, func(string)) error {
@@ -378,7 +395,7 @@ func (f *Runtime) Create(_ context.Context, spec runtime.Spec) (string, error) {
 	id := newID()
 	f.containers[id] = newContainer(runtime.Container{
 		ID: id, Name: spec.Name, Image: spec.Image, Labels: maps.Clone(spec.Labels),
-		Cmd: spec.Cmd, Created: f.now(), Status: "created",
+		Cmd: spec.Cmd, Created: f.now(), State: runtime.StateCreated,
 	}, spec)
 	return id, nil
 }
@@ -390,10 +407,10 @@ func (f *Runtime) Start(_ context.Context, id string) error {
 	return f.with(id, func(c *container) error {
 		c.c.StartedAt = f.now()
 		if f.startExit != nil {
-			c.c.Status, c.c.Running, c.c.ExitCode, c.c.FinishedAt = "exited", false, *f.startExit, f.now()
+			c.c.State, c.c.ExitCode, c.c.FinishedAt = runtime.StateExited, *f.startExit, f.now()
 			return nil
 		}
-		c.c.Status, c.c.Running = "running", true
+		c.c.State = runtime.StateRunning
 		return nil
 	})
 }
@@ -456,10 +473,10 @@ func (f *Runtime) Pause(ctx context.Context, id string) error {
 		return err
 	}
 	return f.with(id, func(c *container) error {
-		if !c.c.Running || c.c.Paused {
+		if c.c.State != runtime.StateRunning {
 			return fmt.Errorf("pause %s: %w", id, runtime.ErrConflict)
 		}
-		c.c.Paused, c.c.Status = true, "paused"
+		c.c.State = runtime.StatePaused
 		return nil
 	})
 }
@@ -470,10 +487,10 @@ func (f *Runtime) Unpause(ctx context.Context, id string) error {
 		return err
 	}
 	return f.with(id, func(c *container) error {
-		if !c.c.Paused {
+		if c.c.State != runtime.StatePaused {
 			return fmt.Errorf("unpause %s: %w", id, runtime.ErrConflict)
 		}
-		c.c.Paused, c.c.Status = false, "running"
+		c.c.State = runtime.StateRunning
 		return nil
 	})
 }
@@ -613,7 +630,7 @@ func (f *Runtime) Agent(ctx context.Context, id string) (http.RoundTripper, erro
 		return nil, err
 	}
 	err := f.with(id, func(c *container) error {
-		if !c.c.Running || c.c.Paused {
+		if c.c.State != runtime.StateRunning {
 			return fmt.Errorf("agent of %s: %w", id, runtime.ErrConflict)
 		}
 		return nil

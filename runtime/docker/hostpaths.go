@@ -1,0 +1,58 @@
+package docker
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/hostpath"
+)
+
+// CheckHostPath implements runtime.HostPaths. The path is judged on this
+// host's filesystem (see package hostpath), which is the engine's when it
+// is local; planMounts walks from the returned prefix to the path without
+// following symlinks and mounts what it reached, so a path swapped after
+// this check is not what gets mounted.
+func (d *Docker) CheckHostPath(ctx context.Context, p string, allowed, forbidden []string) (runtime.Mount, error) {
+	engine, err := d.enginePaths(ctx)
+	if err != nil {
+		return runtime.Mount{}, err
+	}
+	return hostpath.Check(p, allowed, slices.Concat(engine, forbidden))
+}
+
+// enginePaths returns the host paths through which a container could take
+// the engine over: Docker's root directory and, for a local daemon, its
+// socket. They are asked for once (the first time a host path is
+// mounted) and kept; until the engine answers, no host path can be
+// mounted. The lock is not held across the engine call, so a slow engine
+// holds up no caller past its own deadline; callers that meet at the
+// start may each ask.
+func (d *Docker) enginePaths(ctx context.Context) ([]string, error) {
+	d.engineMu.Lock()
+	known := d.enginePathsKnown
+	d.engineMu.Unlock()
+	if known != nil {
+		return known, nil
+	}
+	cctx, cancel := d.call(ctx)
+	defer cancel()
+	info, err := d.cli.Info(cctx)
+	if err != nil {
+		return nil, wrap(err, "ask the engine where it keeps its data (docker info)")
+	}
+	paths := []string{}
+	if info.DockerRootDir != "" {
+		paths = append(paths, info.DockerRootDir)
+	}
+	if sock, ok := strings.CutPrefix(d.cli.DaemonHost(), "unix://"); ok {
+		paths = append(paths, sock)
+	}
+	d.engineMu.Lock()
+	defer d.engineMu.Unlock()
+	if d.enginePathsKnown == nil {
+		d.enginePathsKnown = paths
+	}
+	return d.enginePathsKnown, nil
+}
