@@ -212,7 +212,12 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead {
 		// The file may change meanwhile: never send more than announced.
-		// Whole buffers make fewer, larger frames on the way out.
+		if onRawConn(r.Context()) {
+			// The kernel sends the file (http's ReadFrom: sendfile).
+			_, _ = io.Copy(w, io.LimitReader(f, length))
+			return
+		}
+		// Whole buffers make fewer, larger yamux frames on the way out.
 		bp := transferBuffers.Get().(*[]byte)
 		_, _ = io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(f, length), *bp)
 		transferBuffers.Put(bp)
