@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -164,5 +165,84 @@ func TestBulkFallsBackToSession(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(p); string(got) != "over yamux" {
 		t.Fatalf("file holds %q", got)
+	}
+}
+
+// What the agent passes for a download by descriptor is checked: exactly
+// one descriptor, with the marker, of a regular file.
+func TestDownloadByDescriptorChecks(t *testing.T) {
+	regular, err := os.CreateTemp(t.TempDir(), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer regular.Close()
+	regular.WriteString("0123456789")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	pair := func() (*net.UnixConn, *net.UnixConn) {
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := func(fd int) *net.UnixConn {
+			f := os.NewFile(uintptr(fd), "pair")
+			defer f.Close()
+			c, err := net.FileConn(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.(*net.UnixConn)
+		}
+		return conn(fds[0]), conn(fds[1])
+	}
+	read := func(marker byte, files ...*os.File) (*fdReader, error) {
+		a, b := pair()
+		defer a.Close()
+		defer b.Close()
+		var fds []int
+		for _, f := range files {
+			fds = append(fds, int(f.Fd()))
+		}
+		if _, _, err := a.WriteMsgUnix([]byte{marker, 'H'}, syscall.UnixRights(fds...), nil); err != nil {
+			t.Fatal(err)
+		}
+		r := &fdReader{c: b}
+		_, err := r.Read(make([]byte, 16))
+		return r, err
+	}
+	if r, err := read(fdMarker, regular, regular); err == nil || r.file != nil {
+		t.Error("two descriptors were taken")
+	}
+	if r, err := read('H', regular); err == nil || r.file != nil {
+		t.Error("a descriptor without the marker was taken")
+	}
+	r, err := read(fdMarker, pr)
+	if err != nil || r.file == nil {
+		t.Fatalf("one descriptor with the marker: %v", err)
+	}
+	if _, err := fileBody(r.file, "0 10"); err == nil {
+		t.Error("a pipe was accepted as a file to send")
+	}
+	r.file.Close()
+	r, err = read(fdMarker, regular)
+	if err != nil || r.file == nil {
+		t.Fatalf("a regular file: %v", err)
+	}
+	body, err := fileBody(r.file, "2 5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer body.Close()
+	if got, _ := io.ReadAll(body); string(got) != "23456" {
+		t.Errorf("body %q, want the part asked for", got)
+	}
+	for _, bad := range []string{"", "1", "-1 2", "1 -2", "x 2"} {
+		if _, err := fileBody(regular, bad); err == nil {
+			t.Errorf("part %q accepted", bad)
+		}
 	}
 }

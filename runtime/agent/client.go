@@ -23,7 +23,10 @@ type Client struct {
 	transport *http.Transport
 	// bulk carries file transfers on connections of their own (bulk.go),
 	// when the session's end can open them; nil otherwise.
-	bulk *http.Transport
+	bulk interface {
+		http.RoundTripper
+		CloseIdleConnections()
+	}
 }
 
 // Dial starts a yamux client on conn, the agent's attached stdin and stdout.

@@ -385,22 +385,21 @@ func DialDaemon(conn *net.UnixConn, deadline time.Time, redial func() (*net.Unix
 	if err != nil || redial == nil {
 		return c, err
 	}
-	bulk := agentTransport(func(ctx context.Context, _, _ string) (net.Conn, error) {
+	bulk := newBulkTransport(func(ctx context.Context) (*net.UnixConn, error) {
 		conn, err := redial()
-		if err == nil {
-			hello := time.Now().Add(helloTimeout)
-			if d, ok := ctx.Deadline(); ok {
-				hello = d
-			}
-			if err = readHello(conn, hello); err != nil {
-				conn.Close()
-			}
-		}
 		if err != nil {
-			return nil, &net.OpError{Op: "dial", Net: "unix", Err: err}
+			return nil, err
+		}
+		hello := time.Now().Add(helloTimeout)
+		if d, ok := ctx.Deadline(); ok {
+			hello = d
+		}
+		if err := readHello(conn, hello); err != nil {
+			conn.Close()
+			return nil, err
 		}
 		return conn, nil
-	}, maxIdleBulk)
+	})
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/ping", nil)
@@ -415,10 +414,6 @@ func DialDaemon(conn *net.UnixConn, deadline time.Time, redial func() (*net.Unix
 	bulk.CloseIdleConnections()
 	return c, nil
 }
-
-// maxIdleBulk is how many bulk connections a session keeps idle for the
-// next transfers; more are opened when more run at once.
-const maxIdleBulk = 2
 
 // directWindow is sandboxd's receive window per stream on a direct
 // session: with no dockerd in between, the daemon fills 1 MiB faster than
