@@ -80,9 +80,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 		Transport:     transport,
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			s.log.Warn("proxy to sandbox failed", "request_id", lifecycle.RequestID(r.Context()), "sandbox_id", id, "port", port, "err", err)
-			status, code, msg := backendFailure(err)
-			writeError(w, r, status, code, fmt.Sprintf("%s port %d of sandbox %s: %v", msg, port, id, err))
+			s.proxyFailed(w, r, id, port, err)
 		},
 	}
 	// Without full duplex, net/http closes the request body as soon as the
@@ -95,6 +93,13 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	if port == lifecycle.ExecdPort && rest == "/command" {
 		s.mgr.Metrics().CommandSeconds.Observe(time.Since(start))
 	}
+}
+
+// proxyFailed answers a request that could not be relayed to the sandbox.
+func (s *Server) proxyFailed(w http.ResponseWriter, r *http.Request, id string, port int, err error) {
+	s.log.Warn("proxy to sandbox failed", "request_id", lifecycle.RequestID(r.Context()), "sandbox_id", id, "port", port, "err", err)
+	status, code, msg := backendFailure(err)
+	writeError(w, r, status, code, fmt.Sprintf("%s port %d of sandbox %s: %v", msg, port, id, err))
 }
 
 // backendFailure names a failed proxied request as upstream does: the

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -332,6 +333,17 @@ func (s *statusRecorder) code() int {
 		return http.StatusOK
 	}
 	return s.status
+}
+
+// ReadFrom keeps the connection's own ReadFrom (sendfile, splice) within
+// reach of io.Copy: downloads use it.
+func (s *statusRecorder) ReadFrom(src io.Reader) (int64, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	n, err := io.Copy(s.ResponseWriter, src)
+	s.bytes += n
+	return n, err
 }
 
 // Unwrap lets http.ResponseController reach Flush and Hijack.

@@ -5,6 +5,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/sandboxd/sandboxd/lifecycle"
 )
@@ -21,8 +22,13 @@ func (s *Server) proxyTransport(w http.ResponseWriter, r *http.Request, id strin
 	}
 	rt, err := s.mgr.FilesTransport(r.Context(), id)
 	switch {
-	case err != nil || rt != nil:
-		return rt, err
+	case err != nil:
+		return nil, err
+	case rt != nil && download:
+		s.proxyDownload(w, r, id, rt)
+		return nil, nil
+	case rt != nil:
+		return rt, nil
 	case upload:
 		s.handleUpload(w, r, id)
 	default:
@@ -73,3 +79,39 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, id string)
 	}
 	w.WriteHeader(http.StatusOK)
 }
+
+// proxyDownload relays a download from a running sandbox's agent. Not
+// through httputil.ReverseProxy, which copies every body through a buffer
+// of its own: copied with io.Copy, a body the agent's transport has as an
+// open file (runtime/agent bulk.go) is sent by the kernel (sendfile)
+// straight from the file to the client's socket. The agent needs the query
+// and the Range header only; the caller's credentials never reach it.
+func (s *Server) proxyDownload(w http.ResponseWriter, r *http.Request, id string, rt http.RoundTripper) {
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://sandbox/files/download?"+r.URL.RawQuery, nil)
+	if err != nil {
+		writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidFile, err.Error())
+		return
+	}
+	out.Host = "127.0.0.1:" + strconv.Itoa(lifecycle.ExecdPort)
+	if v := r.Header.Get("Range"); v != "" {
+		out.Header.Set("Range", v)
+	}
+	resp, err := rt.RoundTrip(out)
+	if err != nil {
+		s.proxyFailed(w, r, id, lifecycle.ExecdPort, err)
+		return
+	}
+	defer resp.Body.Close()
+	h := w.Header()
+	for k, v := range resp.Header {
+		if !hopByHop[strings.ToLower(k)] {
+			h[k] = v
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// hopByHop are the headers of one connection (RFC 9110 7.6.1), which a
+// proxy does not pass on.
+var hopByHop = map[string]bool{"connection": true, "proxy-connection": true, "keep-alive": true, "te": true, "trailer": true, "transfer-encoding": true, "upgrade": true}

@@ -472,3 +472,73 @@ func TestFilesDoNotStallOtherStreams(t *testing.T) {
 		t.Fatal("a download next to a stalled one did not finish")
 	}
 }
+
+// gate passes r on until it has passed first bytes, then waits for open.
+type gate struct {
+	r     io.Reader
+	first int64
+	open  chan struct{}
+}
+
+func (g *gate) Read(p []byte) (int, error) {
+	if g.first <= 0 {
+		<-g.open
+		return g.r.Read(p)
+	}
+	n, err := g.r.Read(p[:min(int64(len(p)), g.first)])
+	g.first -= int64(n)
+	return n, err
+}
+
+// TestFilesUploadDoesNotStallOtherStreams: a 100 MiB upload whose client
+// pauses mid-file leaves the sandbox's commands and pings served, and then
+// completes exactly, with and without a Content-Length.
+func TestFilesUploadDoesNotStallOtherStreams(t *testing.T) {
+	s, _ := filesServer(t)
+	b := newExecdBox(t, s, busyboxRequest())
+	for _, sized := range []bool{true, false} {
+		const size = 100 << 20
+		body, ctype := multipartUpload(t, "/tmp/up.bin", 0, newPattern(size, 9), sized)
+		g := &gate{r: body, first: 8 << 20, open: make(chan struct{})}
+		done := make(chan int, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL+b.path("/files/upload"), g)
+			if br, ok := body.(*bytes.Reader); ok {
+				req.ContentLength = int64(br.Len())
+			}
+			for k, v := range b.Headers {
+				req.Header.Set(k, v)
+			}
+			req.Header.Set("Content-Type", ctype)
+			resp, err := s.client.Do(req)
+			if err != nil {
+				t.Errorf("upload: %v", err)
+				done <- 0
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		for i := 0; i < 5; i++ {
+			if got := b.shell(t, "echo alive"); got != "alive" {
+				t.Fatalf("command during a paused upload (sized %v): %q", sized, got)
+			}
+			if status, _, _ := b.do(t, http.MethodGet, "/ping", nil, nil); status != http.StatusOK {
+				t.Fatalf("ping during a paused upload (sized %v): %d", sized, status)
+			}
+		}
+		close(g.open)
+		select {
+		case status := <-done:
+			if status != http.StatusOK {
+				t.Fatalf("upload after the pause (sized %v): %d", sized, status)
+			}
+		case <-time.After(5 * time.Minute): // a hang guard only
+			t.Fatal("a paused upload did not finish")
+		}
+		if status, _, n, sum := b.downloadSum(t, "/tmp/up.bin"); status != http.StatusOK || n != size || sum != patternSum(size, 9) {
+			t.Fatalf("uploaded file (sized %v): status %d, %d bytes, sum %s", sized, status, n, sum)
+		}
+	}
+}

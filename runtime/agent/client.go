@@ -21,6 +21,12 @@ const MaxResponseHeaderBytes = 64 << 10
 type Client struct {
 	session   *yamux.Session
 	transport *http.Transport
+	// bulk carries file transfers on connections of their own (bulk.go),
+	// when the session's end can open them; nil otherwise.
+	bulk interface {
+		http.RoundTripper
+		CloseIdleConnections()
+	}
 }
 
 // Dial starts a yamux client on conn, the agent's attached stdin and stdout.
@@ -34,33 +40,65 @@ func dial(conn io.ReadWriteCloser, config *yamux.Config) (*Client, error) {
 		return nil, fmt.Errorf("agent: start yamux client: %w", err)
 	}
 	c := &Client{session: session}
-	c.transport = &http.Transport{
-		// Every new HTTP connection is a new stream; the URL's host is
-		// irrelevant.
-		DialContext: func(context.Context, string, string) (net.Conn, error) {
-			conn, err := session.Open()
-			if err != nil {
-				// A dial error, as callers classify failures.
-				return nil, &net.OpError{Op: "dial", Net: "yamux", Err: err}
-			}
-			return conn, nil
-		},
+	// Every new HTTP connection is a new stream; the URL's host is
+	// irrelevant.
+	c.transport = agentTransport(func(context.Context, string, string) (net.Conn, error) {
+		conn, err := session.Open()
+		if err != nil {
+			// A dial error, as callers classify failures.
+			return nil, &net.OpError{Op: "dial", Net: "yamux", Err: err}
+		}
+		return conn, nil
+	}, 64)
+	return c, nil
+}
+
+func agentTransport(dial func(context.Context, string, string) (net.Conn, error), idle int) *http.Transport {
+	return &http.Transport{
+		DialContext: dial,
 		// Headers come from the sandbox (its servers, or a replaced agent):
 		// Go's default of 10 MiB per response would let it grow sandboxd's
 		// memory by that much per request.
 		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 		Proxy:                  nil,
 		DisableCompression:     true, // the agent is local: compression only costs CPU
-		MaxIdleConns:           64,
-		MaxIdleConnsPerHost:    64,
+		MaxIdleConns:           idle,
+		MaxIdleConnsPerHost:    idle,
 		IdleConnTimeout:        90 * time.Second,
 	}
-	return c, nil
 }
 
 // Transport returns the RoundTripper that reaches the agent. The URL's
 // scheme must be http; its host is ignored.
-func (c *Client) Transport() http.RoundTripper { return c.transport }
+func (c *Client) Transport() http.RoundTripper {
+	if c.bulk == nil {
+		return c.transport
+	}
+	return router{c}
+}
+
+// router sends file transfers through the bulk transport, the rest
+// through the session.
+type router struct{ c *Client }
+
+func (r router) RoundTrip(req *http.Request) (*http.Response, error) {
+	if IsBulk(req) {
+		return r.c.bulk.RoundTrip(req)
+	}
+	return r.c.transport.RoundTrip(req)
+}
+
+// IsBulk says whether req is a file transfer of the execd API, which may
+// be of any size.
+func IsBulk(req *http.Request) bool {
+	switch req.URL.Path {
+	case "/files/upload":
+		return req.Method == http.MethodPost
+	case "/files/download":
+		return req.Method == http.MethodGet || req.Method == http.MethodHead
+	}
+	return false
+}
 
 // Done is closed when the session ends: the agent exited or was killed, or
 // Close was called.
@@ -69,6 +107,9 @@ func (c *Client) Done() <-chan struct{} { return c.session.CloseChan() }
 // Close ends the session and with it every request in flight.
 func (c *Client) Close() error {
 	c.transport.CloseIdleConnections()
+	if c.bulk != nil {
+		c.bulk.CloseIdleConnections()
+	}
 	return c.session.Close()
 }
 

@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -242,7 +243,7 @@ func newDaemon(opts Options) *daemon {
 	mux.HandleFunc("GET "+logRoute, hub.serve)
 	return &daemon{
 		state: s,
-		http:  &http.Server{Handler: mux, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)},
+		http:  &http.Server{Handler: mux, ConnContext: connContext, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)},
 		uid:   os.Getuid(),
 		log:   s.log,
 	}
@@ -295,9 +296,20 @@ func (d *daemon) serveConn(conn *net.UnixConn) {
 		conn.Close()
 		return
 	}
+	br := bufio.NewReaderSize(conn, readBuffer)
+	first, err := br.Peek(1)
+	if err != nil {
+		conn.Close()
+		return
+	}
+	if first[0] != yamuxVersion {
+		// A bulk connection (bulk.go): one HTTP/1.1 connection, no yamux.
+		_ = d.http.Serve(newOneConnListener(&bufferedConn{UnixConn: conn, r: br}))
+		return
+	}
 	// Framed as in Run: the bridge passes bytes on as they come, so a header
 	// written apart from its body could cross dockerd as a chunk of its own.
-	sess, err := yamux.Server(framed(conn), yamuxConfig(d.log))
+	sess, err := yamux.Server(framedReader(conn, br), yamuxConfig(d.log))
 	if err != nil {
 		conn.Close()
 		return
@@ -359,13 +371,48 @@ const DaemonLogRoute = logRoute
 // listener's credentials are not checked, as the bridge does: whatever
 // listens in the sandbox's network namespace is the sandbox's, and
 // sandboxd trusts nothing it says.
-func DialDaemon(conn *net.UnixConn, deadline time.Time) (*Client, error) {
+//
+// redial, if not nil, opens another connection to the same daemon: file
+// transfers then each get one of their own (bulk.go), once a ping over
+// one has shown that the daemon serves them (an older one does not).
+func DialDaemon(conn *net.UnixConn, deadline time.Time, redial func() (*net.UnixConn, error)) (*Client, error) {
 	if err := readHello(conn, deadline); err != nil {
 		return nil, err
 	}
 	config := yamuxConfig(slog.New(slog.DiscardHandler))
 	config.MaxStreamWindowSize = directWindow
-	return dial(conn, config)
+	c, err := dial(conn, config)
+	if err != nil || redial == nil {
+		return c, err
+	}
+	bulk := newBulkTransport(func(ctx context.Context) (*net.UnixConn, error) {
+		conn, err := redial()
+		if err != nil {
+			return nil, err
+		}
+		hello := time.Now().Add(helloTimeout)
+		if d, ok := ctx.Deadline(); ok {
+			hello = d
+		}
+		if err := readHello(conn, hello); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return conn, nil
+	})
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/ping", nil)
+	resp, err := bulk.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			c.bulk = bulk
+			return c, nil
+		}
+	}
+	bulk.CloseIdleConnections()
+	return c, nil
 }
 
 // directWindow is sandboxd's receive window per stream on a direct

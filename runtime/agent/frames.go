@@ -34,7 +34,13 @@ type framedConn struct {
 const readBuffer = 64 << 10
 
 func framed(conn io.ReadWriteCloser) *framedConn {
-	return &framedConn{ReadWriteCloser: conn, pending: make([]byte, 0, yamuxHeaderSize), r: bufio.NewReaderSize(conn, readBuffer)}
+	return framedReader(conn, bufio.NewReaderSize(conn, readBuffer))
+}
+
+// framedReader is framed with r, a buffer that may already hold the
+// first bytes of conn.
+func framedReader(conn io.ReadWriteCloser, r *bufio.Reader) *framedConn {
+	return &framedConn{ReadWriteCloser: conn, pending: make([]byte, 0, yamuxHeaderSize), r: r}
 }
 
 func (c *framedConn) Read(p []byte) (int, error) { return c.r.Read(p) }

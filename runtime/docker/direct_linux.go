@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -28,7 +29,7 @@ func (d *Docker) dialDirect(ctx context.Context, id string) (*agent.Client, erro
 	// The pid names this container's init only while the container runs
 	// with it: checked again once its namespace is open, so that a pid
 	// reused meanwhile is never entered.
-	conn, err := dialNetns(pid, func() error {
+	conn, ns, err := dialNetns(pid, func() error {
 		again, err := d.runningPid(cctx, id)
 		if err == nil && again != pid {
 			err = fmt.Errorf("container %s restarted meanwhile", id)
@@ -38,12 +39,22 @@ func (d *Docker) dialDirect(ctx context.Context, id string) (*agent.Client, erro
 	if err != nil {
 		return nil, err
 	}
+	// The open namespace is the one checked above, whatever becomes of the
+	// pid: file transfers connect in it again, without a check, for as
+	// long as the session lives.
 	deadline, _ := cctx.Deadline()
-	client, err := agent.DialDaemon(conn, deadline)
+	client, err := agent.DialDaemon(conn, deadline, func() (*net.UnixConn, error) {
+		return ns.connect(agent.DaemonSocket)
+	})
 	if err != nil {
 		conn.Close()
+		ns.Close()
 		return nil, fmt.Errorf("agent session in %s: %w", id, err)
 	}
+	go func() {
+		<-client.Done()
+		ns.Close()
+	}()
 	if err := pingAgent(cctx, client); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("agent in %s %w", id, err)
@@ -120,17 +131,53 @@ func socketIn(nsFile *os.File) (int, error) {
 
 // dialNetns connects to the abstract unix socket name in the network
 // namespace of process pid, calling recheck once the namespace is open
-// (the pid must still be the one meant).
-func dialNetns(pid int, recheck func() error, name string) (*net.UnixConn, error) {
-	ns, err := openNetns(pid)
+// (the pid must still be the one meant). It returns the namespace too,
+// open, for more connections.
+func dialNetns(pid int, recheck func() error, name string) (*net.UnixConn, *netns, error) {
+	f, err := openNetns(pid)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer ns.Close()
+	ns := &netns{f: f}
 	if err := recheck(); err != nil {
-		return nil, err
+		ns.Close()
+		return nil, nil, err
 	}
-	return connectIn(ns, name)
+	c, err := ns.connect(name)
+	if err != nil {
+		ns.Close()
+		return nil, nil, err
+	}
+	return c, ns, nil
+}
+
+// netns is an open network namespace. Its descriptor is used only under
+// the lock and never after Close: a closed descriptor's number may name
+// another sandbox's namespace by the time a thread enters it.
+type netns struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+// connect connects to the abstract unix socket name in the namespace.
+func (n *netns) connect(name string) (*net.UnixConn, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.f == nil {
+		return nil, errors.New("the sandbox's network namespace is closed")
+	}
+	return connectIn(n.f, name)
+}
+
+func (n *netns) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.f == nil {
+		return nil
+	}
+	err := n.f.Close()
+	n.f = nil
+	return err
 }
 
 // errNoDaemon is a sandbox whose agent daemon does not run: nobody

@@ -150,16 +150,27 @@ func TestDialNetnsRecheck(t *testing.T) {
 	name := fmt.Sprintf("@sandboxd-direct-recheck-%d", os.Getpid())
 	_, ln, tid := netnsWithListener(t, name)
 	want := errors.New("restarted meanwhile")
-	if c, err := dialNetns(tid, func() error { return want }, name); !errors.Is(err, want) {
+	if c, _, err := dialNetns(tid, func() error { return want }, name); !errors.Is(err, want) {
 		if c != nil {
 			c.Close()
 		}
 		t.Fatalf("dial with a failing re-check: %v, want %v", err, want)
 	}
-	c, err := dialNetns(tid, func() error { return nil }, name)
+	c, ns, err := dialNetns(tid, func() error { return nil }, name)
 	if err != nil {
 		t.Fatalf("dial with a passing re-check: %v", err)
 	}
 	c.Close()
+	// The namespace stays open for bulk connections, until it is closed.
+	again, err := ns.connect(name)
+	if err != nil {
+		t.Fatalf("second connection in the open namespace: %v", err)
+	}
+	again.Close()
+	ns.Close()
+	if again, err := ns.connect(name); err == nil {
+		again.Close()
+		t.Fatal("connected in a closed namespace")
+	}
 	ln.Close()
 }
