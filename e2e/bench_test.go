@@ -45,6 +45,7 @@ func TestBenchShort(t *testing.T) {
 		"sandboxd goroutines, 0 live", "sandboxd goroutines, 2 live", "sandboxd goroutines, 4 live",
 		"agent RSS in a sandbox", "pool create-to-ready p50", "pool create-to-ready p95", "pool creates served warm",
 		"pprof: CPU profile",
+		"create-to-ready p50, networkPolicy vs none", "TCP connect added p50", "DNS lookup added p50",
 		"/code 1+1 warm p50, jupyter", "/code 1+1 warm p50, python driver",
 		"/code first run p50, jupyter", "/code first run p50, python driver",
 	}

@@ -3,11 +3,16 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +22,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
@@ -53,14 +59,20 @@ func newEgressWorld(t *testing.T) *egressWorld {
 	return w
 }
 
-// worldNetwork creates a bridge network on a subnet from next (tried a few
-// times against collisions) and removes it when the test ends.
+// worldNetwork creates a bridge network on the subnets from next (an IPv4
+// one, and an IPv6 one after a space if any; tried a few times against
+// collisions) and removes it when the test ends.
 func worldNetwork(t *testing.T, next func() string) string {
 	t.Helper()
 	name := "sandboxd-e2e-egress-" + randomHex(t, 4)
 	for attempt := 0; ; attempt++ {
+		var ipam []network.IPAMConfig
+		for _, subnet := range strings.Fields(next()) {
+			ipam = append(ipam, network.IPAMConfig{Subnet: subnet})
+		}
+		v6 := len(ipam) > 1
 		_, err := dockerClient(t).NetworkCreate(context.Background(), name, network.CreateOptions{
-			Driver: "bridge", IPAM: &network.IPAM{Config: []network.IPAMConfig{{Subnet: next()}}},
+			Driver: "bridge", EnableIPv6: &v6, IPAM: &network.IPAM{Config: ipam},
 		})
 		if err == nil {
 			break
@@ -73,8 +85,9 @@ func worldNetwork(t *testing.T, next func() string) string {
 	return name
 }
 
-// worldServers runs an egressworld server at each ip of net and returns
-// their container names (which Docker's resolver answers on net).
+// worldServers runs an egressworld server at each ip of net ("v4", or
+// "v4 v6" for one with an IPv6 address too) and returns their container
+// names (which Docker's resolver answers on net).
 func worldServers(t *testing.T, net, zone string, ips ...string) []string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "egressworld")
@@ -91,9 +104,9 @@ func worldServers(t *testing.T, net, zone string, ips ...string) []string {
 		name := "sandboxd-e2e-egressworld-" + randomHex(t, 4)
 		names = append(names, name)
 		resp, err := c.ContainerCreate(ctx, &container.Config{
-			Image: imageBusybox, Entrypoint: []string{"/egressworld", "-zone", zone, "-tag", ip},
+			Image: imageBusybox, Entrypoint: []string{"/egressworld", "-zone", zone, "-tag", strings.Fields(ip)[0]},
 		}, &container.HostConfig{Binds: []string{bin + ":/egressworld:ro"}}, &network.NetworkingConfig{
-			EndpointsConfig: map[string]*network.EndpointSettings{net: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: ip}}},
+			EndpointsConfig: map[string]*network.EndpointSettings{net: {IPAMConfig: ipamOf(ip)}},
 		}, nil, name)
 		if err != nil {
 			t.Fatalf("create world server %s: %v", ip, err)
@@ -106,6 +119,15 @@ func worldServers(t *testing.T, net, zone string, ips ...string) []string {
 		}
 	}
 	return names
+}
+
+func ipamOf(ips string) *network.EndpointIPAMConfig {
+	f := strings.Fields(ips)
+	c := &network.EndpointIPAMConfig{IPv4Address: f[0]}
+	if len(f) > 1 {
+		c.IPv6Address = f[1]
+	}
+	return c
 }
 
 // reach reports whether the sandbox gets the HTTP answer of host's server.
@@ -137,6 +159,30 @@ func removeInstanceHelpersAtEnd(t *testing.T, s *Server) {
 		}
 	})
 }
+
+// clientHello is the first flight of a TLS client asking for name.
+func clientHello(t *testing.T, name string) []byte {
+	t.Helper()
+	var rec helloRecorder
+	// The handshake fails at the first read: the hello is written by then.
+	_ = tls.Client(&rec, &tls.Config{ServerName: name, InsecureSkipVerify: true}).Handshake()
+	if rec.Len() == 0 {
+		t.Fatal("no ClientHello written")
+	}
+	return rec.Bytes()
+}
+
+// helloRecorder is a connection that keeps what is written and reads EOF.
+type helloRecorder struct {
+	net.Conn
+	bytes.Buffer
+}
+
+func (r *helloRecorder) Write(b []byte) (int, error)      { return r.Buffer.Write(b) }
+func (r *helloRecorder) Read([]byte) (int, error)         { return 0, io.EOF }
+func (r *helloRecorder) Close() error                     { return nil }
+func (r *helloRecorder) SetDeadline(time.Time) error      { return nil }
+func (r *helloRecorder) SetWriteDeadline(time.Time) error { return nil }
 
 func egressPath(id, rest string) string { return "/sandboxes/" + id + "/proxy/18080" + rest }
 
@@ -234,6 +280,19 @@ func TestEgressPolicy(t *testing.T) {
 	if askFor(w.deniedName) {
 		t.Errorf("a request for the denied name got through on an open address")
 	}
+	// The same for the SNI of a TLS ClientHello on 443: the server's
+	// handshake record (16 03) comes back only for the unlisted name.
+	helloFor := func(name string) bool {
+		out, _ := open.secShell(t, "echo "+base64.StdEncoding.EncodeToString(clientHello(t, name))+
+			" | base64 -d >/tmp/hello && nc -w 5 "+w.denied+" 443 </tmp/hello | od -An -tx1 | head -1")
+		return strings.HasPrefix(strings.TrimSpace(out), "16 03")
+	}
+	if !helloFor("other.test") {
+		t.Errorf("defaultAction allow: a TLS handshake for an unlisted name is refused")
+	}
+	if helloFor(w.deniedName) {
+		t.Errorf("a TLS handshake naming the denied name got through on an open address")
+	}
 
 	var got struct {
 		Status, Mode, EnforcementMode string
@@ -288,18 +347,70 @@ func TestEgressPolicy(t *testing.T) {
 		t.Errorf("policy after a restart of sandboxd = %+v", got.Policy)
 	}
 
-	// kill -9 of the helper: its namespace loses its interfaces, so the
-	// sandbox has no network at all.
+	// The helper dies, twice: killed while sandboxd is down, then removed
+	// while it runs. The sandbox keeps its namespace and firewall: nothing
+	// denied is reachable, nor anything needing the daemon (names, the
+	// Host check of port 80), until sandboxd puts a new helper in the same
+	// namespace; the sandbox's processes live on.
+	pol.run(t, map[string]any{"command": "sleep 100000", "background": true})
+	var survivor string
+	waitUntil(t, secWait, "the background process to start", func() bool {
+		survivor, _ = pol.secShell(t, "pidof sleep")
+		return strings.TrimSpace(survivor) != ""
+	})
+	alive := func() bool {
+		out, _ := pol.secShell(t, "kill -0 "+strings.TrimSpace(survivor)+" && echo alive")
+		return strings.Contains(out, "alive")
+	}
+	sandboxStart := sandboxContainer(t, pol.ID).State.StartedAt
 	helper := containersByLabel(t, labelEgressFor, pol.ID)[0].ID
-	if err := dockerClient(t).ContainerKill(context.Background(), helper, "KILL"); err != nil {
+	s.Kill9()
+	if err := syscall.Kill(inspectContainer(t, helper).State.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, secWait, "the helper to exit", func() bool { return !inspectContainer(t, helper).State.Running })
-	if reach(t, pol, w.denied) || reach(t, pol, w.allowed) {
-		t.Errorf("the sandbox reaches the network with its helper dead")
+	// With sandboxd down, the sandbox is reached through Docker.
+	sh := func(cmd string) string {
+		return dockerExec(t, sandboxContainer(t, pol.ID).ID, "", "sh", "-c", cmd+" 2>&1")
 	}
-	if out, _ := pol.secShell(t, "ip -o addr | grep -v ' lo ' || true"); out != "" {
-		t.Errorf("the sandbox has interfaces besides lo with its helper dead: %q", out)
+	for _, host := range []string{w.denied, w.allowedName, w.allowed} {
+		if out := sh(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 ` + host + ` 80`); strings.Contains(out, "hello from") {
+			t.Errorf("the sandbox reaches %s with its helper dead", host)
+		}
+	}
+	if out := sh("nslookup " + w.allowedName); strings.Contains(out, w.allowed) {
+		t.Errorf("a name resolves with the helper dead: %s", out)
+	}
+	if out := sh("ip -o link"); !strings.Contains(out, "eth0") {
+		t.Errorf("the sandbox lost its interface with its helper: %s", out)
+	}
+	s.start()
+	recovered := func(what string) {
+		t.Helper()
+		waitUntil(t, secWait, what, func() bool {
+			if reach(t, pol, w.denied) {
+				t.Fatalf("%s: the denied address became reachable", what)
+			}
+			return reach(t, pol, w.allowedName)
+		})
+	}
+	recovered("a new helper after the helper was killed with sandboxd down")
+	helpers := containersByLabel(t, labelEgressFor, pol.ID)
+	if len(helpers) != 1 || helpers[0].ID == helper {
+		t.Fatalf("helpers after recovery: %v", helpers)
+	}
+	if err := dockerClient(t).ContainerRemove(context.Background(), helpers[0].ID, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	recovered("a new helper after the helper was removed")
+	if out := lookup(t, pol, w.deniedName, ""); !strings.Contains(out, "NXDOMAIN") {
+		t.Errorf("after recovery: the denied name is not NXDOMAIN: %s", out)
+	}
+	if !alive() {
+		t.Errorf("the sandbox's background process died with its helper")
+	}
+	if now := sandboxContainer(t, pol.ID).State.StartedAt; now != sandboxStart {
+		t.Errorf("the sandbox container was restarted (started %s, then %s)", sandboxStart, now)
 	}
 }
 
@@ -310,9 +421,9 @@ func TestEgressPolicy(t *testing.T) {
 // Docker's embedded resolver, which the sandbox cannot use directly.
 func TestEgressMetadataBlocked(t *testing.T) {
 	const md = "169.254.169.254"
-	net := worldNetwork(t, func() string { return "169.254.169.0/24" })
-	server := worldServers(t, net, "", md)[0]
-	s := startServer(t, withTOML(fmt.Sprintf("[docker]\nnetwork_mode = %q\n", net)))
+	nw := worldNetwork(t, func() string { return "169.254.169.0/24" })
+	server := worldServers(t, nw, "", md)[0]
+	s := startServer(t, withTOML(fmt.Sprintf("[docker]\nnetwork_mode = %q\n", nw)))
 	removeInstanceHelpersAtEnd(t, s)
 	control := newExecdBox(t, s, busyboxRequest())
 	if !reach(t, control, md) {
@@ -440,4 +551,79 @@ func TestEgressTypeScriptSDK(t *testing.T) {
 		t.Errorf("the SDK's kill left %d egress helper(s)", len(left))
 	}
 
+}
+
+// TestEgressIPv6: under a policy IPv6 is closed beyond loopback, even to an
+// address an IP rule allows and under defaultAction allow, and the
+// resolver answers no AAAA: the Host/SNI check reads IPv4 destinations
+// only, so IPv6 would get past it.
+func TestEgressIPv6(t *testing.T) {
+	var prefix, prefix6 string
+	nw := worldNetwork(t, func() string {
+		n, _ := rand.Int(rand.Reader, big.NewInt(510))
+		prefix = fmt.Sprintf("198.%d.%d.", 18+n.Int64()/255, n.Int64()%255)
+		prefix6 = fmt.Sprintf("2001:db8:%x::", n.Int64()+1)
+		return prefix + "0/24 " + prefix6 + "/64"
+	})
+	ip4, ip6 := prefix+"10", prefix6+"10"
+	worldServers(t, nw, "allowed.test="+ip4+",allowed.test="+ip6, ip4+" "+ip6)
+	s := startServer(t, withTOML(fmt.Sprintf("[docker]\nnetwork_mode = %q\n[egress]\ndns_upstream = [%q]\n", nw, ip4)))
+	removeInstanceHelpersAtEnd(t, s)
+	reach6 := func(b *execdBox) bool {
+		out, _ := b.secShell(t, `printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 `+ip6+` 80 2>&1`)
+		return strings.Contains(out, "hello from")
+	}
+	control := newExecdBox(t, s, busyboxRequest())
+	if !reach6(control) {
+		t.Fatalf("control: the unpoliced sandbox cannot reach %s", ip6)
+	}
+	if out := lookup(t, control, "-type=aaaa allowed.test", ip4); !strings.Contains(out, ip6) {
+		t.Fatalf("control: no AAAA answer from the world's server: %s", out)
+	}
+	pol := policedBox(t, s, map[string]any{"defaultAction": "allow", "egress": []map[string]string{
+		{"action": "allow", "target": ip6}, {"action": "allow", "target": "allowed.test"},
+	}})
+	if reach6(pol) {
+		t.Errorf("an IPv6 address is reachable under a policy allowing it")
+	}
+	if out := lookup(t, pol, "-type=aaaa allowed.test", ""); strings.Contains(out, prefix6) {
+		t.Errorf("the resolver gave an AAAA answer: %s", out)
+	}
+	if !reach(t, pol, "allowed.test") {
+		t.Errorf("the allowed name is unreachable over IPv4")
+	}
+}
+
+// TestEgressIsolation: without [docker] network_mode and [egress]
+// dns_upstream, policed sandboxes are on sandboxd's network, where
+// inter-container traffic is off: with rules opening every private range,
+// one still cannot reach another's server.
+func TestEgressIsolation(t *testing.T) {
+	s := startServer(t)
+	removeInstanceHelpersAtEnd(t, s)
+	policy := map[string]any{"defaultAction": "deny", "egress": []map[string]string{
+		{"action": "allow", "target": "10.0.0.0/8"}, {"action": "allow", "target": "172.16.0.0/12"}, {"action": "allow", "target": "192.168.0.0/16"},
+	}}
+	a, b := policedBox(t, s, policy), policedBox(t, s, policy)
+	for _, box := range []*execdBox{a, b} {
+		if nw := sandboxContainer(t, box.ID).HostConfig.NetworkMode; nw != "sandboxd" {
+			t.Errorf("policed sandbox %s on network %q, want sandboxd", box.ID, nw)
+		}
+	}
+	a.secShell(t, "mkdir -p /tmp/www && echo hello from a >/tmp/www/index.html")
+	a.run(t, map[string]any{"command": "httpd -f -p 8000 -h /tmp/www", "background": true})
+	out, _ := a.secShell(t, "ip -o -4 addr show eth0")
+	f := strings.Fields(out)
+	if len(f) < 4 {
+		t.Fatalf("no IPv4 address on eth0: %q", out)
+	}
+	ip, _, _ := strings.Cut(f[3], "/")
+	fetch := func(from *execdBox) bool {
+		out, _ := from.secShell(t, `printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 `+ip+` 8000 2>&1`)
+		return strings.Contains(out, "hello from a")
+	}
+	waitUntil(t, secWait, "control: a's server to answer a itself on "+ip, func() bool { return fetch(a) })
+	if fetch(b) {
+		t.Errorf("a policed sandbox reaches another's server")
+	}
 }

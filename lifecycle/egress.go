@@ -32,6 +32,9 @@ func egressName(id string) string { return containerName(id) + "-egress" }
 type egressLinks struct {
 	mu   sync.Mutex
 	byID map[string]*egressLink
+
+	resolversMu   sync.Mutex
+	hostResolvers []string // found once, by egressUpstreams
 }
 
 type egressLink struct {
@@ -173,31 +176,102 @@ func (m *Manager) planEgress(p *createPlan, pol *egress.Policy) error {
 	return nil
 }
 
-// startEgress creates the helper of a policed sandbox, applies its policy
-// and points the sandbox's container at the helper's network namespace.
-func (m *Manager) startEgress(ctx context.Context, p *createPlan) error {
+// embeddedResolver is Docker's resolver on user networks. It forwards
+// from the sandbox's own namespace, where the firewall drops what it
+// sends, so on a user network of the operator's it answers only container
+// names unless [egress] dns_upstream is set.
+const embeddedResolver = "127.0.0.11:53"
+
+// egressUpstreams settles the resolvers a policed sandbox's daemon
+// forwards to, before any process of the sandbox runs (its resolver file is
+// its own to rewrite): the configured ones, else the host's as Docker gives
+// them to its bridge network (found once), else Docker's embedded resolver
+// on an operator's user network.
+func (m *Manager) egressUpstreams(ctx context.Context, spec runtime.Spec) ([]string, error) {
+	if ups := m.cfg.Egress.DNSUpstream; len(ups) > 0 {
+		return slices.Clone(ups), nil
+	}
+	if spec.Network.Mode == runtime.NetworkNamed {
+		return []string{embeddedResolver}, nil
+	}
+	m.egress.resolversMu.Lock()
+	defer m.egress.resolversMu.Unlock()
+	if m.egress.hostResolvers == nil {
+		er, _ := m.egressRuntime()
+		ups, err := er.HostResolvers(ctx, runtime.Spec{
+			Image: spec.Image, Platform: spec.Platform,
+			Labels: map[string]string{LabelEgressFor: "", LabelEgressInstance: m.instance},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("find the host's resolvers: %w", err)
+		}
+		m.egress.hostResolvers = ups
+	}
+	return slices.Clone(m.egress.hostResolvers), nil
+}
+
+// detachEgress runs between the create and the start of a policed
+// sandbox: its container leaves its network, so that it starts with
+// loopback only and gets its interface once the firewall is in force; its
+// helper is created meanwhile.
+func (m *Manager) detachEgress(ctx context.Context, p *createPlan) error {
 	if p.rec.NetworkPolicy == nil {
 		return nil
 	}
-	er, _ := m.egressRuntime()
-	hid, err := er.CreateEgressHelper(ctx, runtime.Spec{
-		Name: egressName(p.rec.ID), Image: p.spec.Image, Platform: p.spec.Platform,
-		Labels:  map[string]string{LabelEgressFor: p.rec.ID, LabelEgressInstance: m.instance},
-		Network: m.helperNetwork(p.spec.Network),
-	})
-	if err != nil {
-		return fmt.Errorf("egress helper: %w", err)
-	}
-	p.rec.EgressHelper = hid
-	ups, err := m.pushPolicy(ctx, &p.rec, *p.rec.NetworkPolicy)
+	ups, err := m.egressUpstreams(ctx, p.spec)
 	if err != nil {
 		return err
 	}
-	// Kept so that a restarted daemon never reads the resolver file the
-	// sandbox can write.
 	p.rec.EgressUpstreams = ups
-	p.spec.Network = runtime.Network{Mode: runtime.NetworkJoin, Name: hid}
-	return nil
+	er, _ := m.egressRuntime()
+	detached := make(chan error, 1)
+	go func() { detached <- er.DetachNetwork(ctx, p.rec.ContainerID, p.spec.Network) }()
+	hid, err := m.createHelper(ctx, &p.rec, p.spec.Image, p.spec.Platform)
+	p.rec.EgressHelper = hid
+	return errors.Join(<-detached, err)
+}
+
+// startEgress starts, beside the agent's start, what polices a started
+// sandbox: its helper, the daemon there, the sandbox's network, then the
+// policy. The returned function waits for it. The sandbox owns the
+// namespace, so its firewall outlives the helper.
+func (m *Manager) startEgress(ctx context.Context, p *createPlan) func() error {
+	if p.rec.NetworkPolicy == nil {
+		return func() error { return nil }
+	}
+	rec := p.rec // the goroutine's own copy: the agent's start reads p.rec
+	done := make(chan error, 1)
+	go func() {
+		err := m.rt.Start(ctx, rec.EgressHelper)
+		if err == nil {
+			// A daemon whose session is up drops everything: the network
+			// can come, then the policy (which also points the resolver
+			// file, rewritten by Docker on connect, at the daemon).
+			_, err = m.egressSession(ctx, &rec, m.egress.get(rec.ID))
+		}
+		if err == nil {
+			er, _ := m.egressRuntime()
+			err = er.AttachNetwork(ctx, rec.ContainerID, p.spec.Network)
+		}
+		if err == nil {
+			_, err = m.pushPolicy(ctx, &rec, *rec.NetworkPolicy)
+		}
+		done <- err
+	}()
+	return func() error { return <-done }
+}
+
+// createHelper creates the egress helper of rec's container from image.
+func (m *Manager) createHelper(ctx context.Context, rec *Record, image, platform string) (string, error) {
+	er, _ := m.egressRuntime()
+	hid, err := er.CreateEgressHelper(ctx, rec.ContainerID, runtime.Spec{
+		Name: egressName(rec.ID), Image: image, Platform: platform,
+		Labels: map[string]string{LabelEgressFor: rec.ID, LabelEgressInstance: m.instance},
+	})
+	if err != nil {
+		return "", fmt.Errorf("egress helper: %w", err)
+	}
+	return hid, nil
 }
 
 // pushPolicy applies pol in the sandbox's helper, starting the daemon if it
@@ -229,7 +303,8 @@ func (m *Manager) pushPolicy(ctx context.Context, rec *Record, pol egress.Policy
 }
 
 // egressSession returns the link's live session, starting the daemon if
-// needed; the caller holds no lock on link.
+// needed, in a new helper if the old one is gone; the caller holds no lock
+// on link.
 func (m *Manager) egressSession(ctx context.Context, rec *Record, link *egressLink) (runtime.Session, error) {
 	link.mu.Lock()
 	defer link.mu.Unlock()
@@ -244,26 +319,82 @@ func (m *Manager) egressSession(ctx context.Context, rec *Record, link *egressLi
 	if !ok {
 		return nil, errors.New("the runtime has no egress support")
 	}
-	args := []string{"--sandbox", rec.ID}
 	ups := rec.EgressUpstreams
 	if len(m.cfg.Egress.DNSUpstream) > 0 {
 		ups = m.cfg.Egress.DNSUpstream
 	}
-	if len(ups) > 0 {
-		args = append(args, "--upstream", strings.Join(ups, ","))
-	}
-	sess, err := er.StartEgress(ctx, rec.EgressHelper, args)
+	args := []string{"--sandbox", rec.ID, "--upstream", strings.Join(ups, ",")}
+	sess, err := er.StartEgress(ctx, egressName(rec.ID), args)
 	if err != nil {
-		return nil, err
+		if rerr := m.replaceHelper(ctx, rec); rerr != nil {
+			return nil, fmt.Errorf("%w; %w", err, rerr)
+		}
+		if sess, err = er.StartEgress(ctx, egressName(rec.ID), args); err != nil {
+			return nil, err
+		}
 	}
 	link.sess = sess
 	go m.watchEgress(rec.ID, link, sess)
 	return sess, nil
 }
 
-// watchEgress restores the policy when the daemon dies (killed, crashed):
-// the firewall stays in the namespace meanwhile, so the sandbox only loses
-// name resolution until the daemon is back.
+// replaceHelper makes a new helper for a sandbox whose helper is gone or
+// stopped (killed, removed by hand). The sandbox kept its namespace, its
+// interfaces and the firewall in force when the old daemon died: it has
+// reached nothing the policy denies meanwhile, and none of its processes
+// is restarted.
+func (m *Manager) replaceHelper(ctx context.Context, rec *Record) error {
+	if h, err := m.rt.Inspect(ctx, egressName(rec.ID)); err == nil && h.State == runtime.StateRunning {
+		return nil // the daemon failed in a live helper: not ours to replace
+	} else if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return err
+	}
+	sb, err := m.rt.Inspect(ctx, rec.ContainerID)
+	if err != nil {
+		return err
+	}
+	if sb.State != runtime.StateRunning {
+		return fmt.Errorf("sandbox container is %s: its egress helper is replaced once it runs", sb.State)
+	}
+	if err := m.rt.Remove(ctx, egressName(rec.ID)); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return err
+	}
+	var platform string
+	if rec.Platform != nil {
+		platform = rec.Platform.OS + "/" + rec.Platform.Arch
+	}
+	hid, err := m.createHelper(ctx, rec, sb.Image, platform)
+	if err != nil {
+		return err
+	}
+	if err := m.rt.Start(ctx, hid); err != nil {
+		return err
+	}
+	rec.EgressHelper = hid
+	if _, err := m.store.UpdateSandbox(rec.ID, func(r *Record) error { r.EgressHelper = hid; return nil }); err != nil {
+		return err
+	}
+	m.log.Warn("egress helper was gone; replaced it", "sandbox_id", rec.ID, "container", hid)
+	return nil
+}
+
+// reapplyPolicy pushes a sandbox's stored policy, read under the lock that
+// orders its changes, so that it never undoes a change made meanwhile.
+func (m *Manager) reapplyPolicy(ctx context.Context, id string) (bool, error) {
+	link := m.egress.get(id)
+	link.change.Lock()
+	defer link.change.Unlock()
+	rec, err := m.store.Sandbox(id)
+	if err != nil || rec.NetworkPolicy == nil || rec.State != recordReady {
+		return false, nil // gone, or a create that fails by itself
+	}
+	_, err = m.pushPolicy(ctx, rec, *rec.NetworkPolicy)
+	return true, err
+}
+
+// watchEgress restores the policy when the daemon dies (killed, crashed,
+// its helper gone): the firewall stays in the namespace meanwhile, so the
+// sandbox only loses name resolution and 80/443 until the daemon is back.
 func (m *Manager) watchEgress(id string, link *egressLink, sess runtime.Session) {
 	<-sess.Done()
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 30*time.Second) {
@@ -276,13 +407,12 @@ func (m *Manager) watchEgress(id string, link *egressLink, sess runtime.Session)
 		if !current || replaced {
 			return
 		}
-		rec, err := m.store.Sandbox(id)
-		if err != nil || rec.NetworkPolicy == nil || rec.State != recordReady {
-			return // gone, or a create that fails by itself
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err = m.pushPolicy(ctx, rec, *rec.NetworkPolicy)
+		policed, err := m.reapplyPolicy(ctx, id)
 		cancel()
+		if !policed {
+			return
+		}
 		if err == nil {
 			m.log.Info("egress daemon restarted; policy re-applied", "sandbox_id", id)
 			return
@@ -290,6 +420,40 @@ func (m *Manager) watchEgress(id string, link *egressLink, sess runtime.Session)
 		m.log.Warn("egress daemon down; sandbox has no name resolution", "sandbox_id", id, "err", err)
 		time.Sleep(delay)
 	}
+}
+
+// sweepEgress restores, at each reaper sweep, the daemon of every policed
+// sandbox that has none: one whose re-application failed at start-up, or
+// whose watcher gave up.
+func (m *Manager) sweepEgress(ctx context.Context) {
+	recs, err := m.store.Sandboxes()
+	if err != nil {
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, rec := range recs {
+		if rec.NetworkPolicy == nil || rec.State != recordReady {
+			continue
+		}
+		link := m.egress.get(rec.ID)
+		link.mu.Lock()
+		live := link.sess != nil
+		link.mu.Unlock()
+		if live {
+			continue // alive, or its watcher is on it
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			if _, err := m.reapplyPolicy(ctx, rec.ID); err != nil {
+				m.log.Warn("re-apply egress policy", "sandbox_id", rec.ID, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // restoreEgress starts the daemons of policed sandboxes after a start of
@@ -326,7 +490,7 @@ func (m *Manager) restoreEgress(ctx context.Context) {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
-			if _, err := m.pushPolicy(ctx, rec, *rec.NetworkPolicy); err != nil {
+			if _, err := m.reapplyPolicy(ctx, rec.ID); err != nil {
 				m.log.Warn("re-apply egress policy", "sandbox_id", rec.ID, "err", err)
 			}
 		}()

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -88,6 +89,8 @@ func TestChangePolicy(t *testing.T) {
 	}
 }
 
+var _ runtime.Egress = (*egressFake)(nil)
+
 // egressFake adds egress helpers to the fake runtime: each daemon session
 // records the policies pushed to it.
 type egressFake struct {
@@ -97,6 +100,9 @@ type egressFake struct {
 	pushed   []egress.Policy
 	sessions []*fakeSession
 	fail     bool
+	detached []string
+	attached map[string]int // by container: daemons started when it got its network
+	probes   int
 }
 
 type fakeSession struct {
@@ -116,17 +122,38 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return w.Result(), nil
 }
 
-func (f *egressFake) CreateEgressHelper(ctx context.Context, spec runtime.Spec) (string, error) {
-	id, err := f.Create(ctx, spec)
-	if err != nil {
-		return "", err
+func (f *egressFake) CreateEgressHelper(ctx context.Context, sandbox string, spec runtime.Spec) (string, error) {
+	spec.Network = runtime.Network{Mode: runtime.NetworkJoin, Name: sandbox}
+	return f.Create(ctx, spec)
+}
+
+func (f *egressFake) DetachNetwork(_ context.Context, id string, _ runtime.Network) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.detached = append(f.detached, id)
+	return nil
+}
+
+func (f *egressFake) AttachNetwork(_ context.Context, id string, _ runtime.Network) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.attached == nil {
+		f.attached = map[string]int{}
 	}
-	return id, f.Start(ctx, id)
+	f.attached[id] = f.starts
+	return nil
+}
+
+func (f *egressFake) HostResolvers(context.Context, runtime.Spec) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.probes++
+	return []string{"192.0.2.53:53"}, nil
 }
 
 func (f *egressFake) StartEgress(_ context.Context, helper string, args []string) (runtime.Session, error) {
-	if !f.Exists(helper) {
-		return nil, runtime.ErrNotFound
+	if c, err := f.Inspect(context.Background(), helper); err != nil || c.State != runtime.StateRunning {
+		return nil, fmt.Errorf("helper %s not running: %v", helper, err)
 	}
 	s := &fakeSession{done: make(chan struct{}), h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/stats" {
@@ -168,8 +195,17 @@ func TestEgressLifecycle(t *testing.T) {
 	sb, cid := e.create(t, req)
 	rec, _ := e.store.Sandbox(sb.ID)
 	spec := e.rt.Spec(t, cid)
-	if want := (runtime.Network{Mode: runtime.NetworkJoin, Name: rec.EgressHelper}); rec.EgressHelper == "" || spec.Network != want {
+	// The sandbox owns its namespace on sandboxd's network, starts without
+	// it, and gets it once the policy is in force.
+	joined := runtime.Network{Mode: runtime.NetworkJoin, Name: cid}
+	if spec.Network != (runtime.Network{Mode: runtime.NetworkIsolated, Name: DefaultNetwork}) || rec.EgressHelper == "" || e.rt.Spec(t, rec.EgressHelper).Network != joined {
 		t.Fatalf("sandbox network %+v, helper %q", spec.Network, rec.EgressHelper)
+	}
+	f.mu.Lock()
+	detached, attachedAt := slices.Clone(f.detached), f.attached[cid]
+	f.mu.Unlock()
+	if !slices.Equal(detached, []string{cid}) || attachedAt != 1 {
+		t.Errorf("detached %v, attached after %d daemon starts, want %s and 1", detached, attachedAt, cid)
 	}
 	caps := spec.Capabilities
 	if slices.Contains(caps.Add, "NET_RAW") || slices.Contains(caps.Add, "NET_ADMIN") ||
@@ -196,23 +232,45 @@ func TestEgressLifecycle(t *testing.T) {
 		t.Errorf("stored policy %+v", rec.NetworkPolicy)
 	}
 
-	// A dead daemon is restarted with the stored policy.
+	// A dead daemon is restarted with the stored policy; so is a removed
+	// helper, replaced in the sandbox's namespace.
+	waitPushes := func(starts, pushes int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s, pushed := f.state()
+			if s == starts && len(pushed) == pushes {
+				if pushed[pushes-1].Egress[0].Action != egress.Deny {
+					t.Errorf("re-applied %+v", pushed[pushes-1])
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("daemon not restarted: %d starts, %d pushes", s, len(pushed))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	f.mu.Lock()
 	close(f.sessions[0].done)
 	f.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		starts, pushed := f.state()
-		if starts == 2 && len(pushed) == 3 {
-			if pushed[2].Egress[0].Action != egress.Deny {
-				t.Errorf("re-applied %+v", pushed[2])
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon not restarted: %d starts, %d pushes", starts, len(pushed))
-		}
-		time.Sleep(10 * time.Millisecond)
+	waitPushes(2, 3)
+	if err := e.rt.Remove(context.Background(), rec.EgressHelper); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	close(f.sessions[1].done)
+	f.mu.Unlock()
+	waitPushes(3, 4)
+	rec, _ = e.store.Sandbox(sb.ID)
+	if !e.rt.Exists(rec.EgressHelper) || e.rt.Spec(t, rec.EgressHelper).Network != joined {
+		t.Errorf("no new helper in the sandbox's namespace: %q", rec.EgressHelper)
+	}
+	f.mu.Lock()
+	probes := f.probes
+	f.mu.Unlock()
+	if probes != 1 {
+		t.Errorf("%d probes for the host's resolvers, want 1", probes)
 	}
 
 	if err := e.m.Delete(context.Background(), sb.ID); err != nil {

@@ -187,6 +187,7 @@ func (m *Manager) Sweep(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+	m.sweepEgress(ctx)
 }
 
 // reapParallel bounds the sandboxes one sweep reaps at once.

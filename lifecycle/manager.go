@@ -421,19 +421,25 @@ func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error
 		}
 		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: fmt.Sprintf("%s: %v", what, err), Err: err}
 	}
-	if err := m.startEgress(ctx, p); err != nil {
-		return fail(err, "start egress helper")
-	}
 	cid, err := m.rt.Create(ctx, p.spec)
 	if err != nil {
 		return fail(err, "create container")
 	}
 	p.rec.ContainerID = cid
+	if err := m.detachEgress(ctx, p); err != nil {
+		return fail(err, "start egress helper")
+	}
 	if err := m.rt.Start(ctx, cid); err != nil {
 		return fail(err, "start container")
 	}
-	if err := m.awaitAgent(ctx, &p.rec); err != nil {
-		return fail(err, "start sandbox")
+	waitEgress := m.startEgress(ctx, p)
+	agentErr := m.awaitAgent(ctx, &p.rec)
+	egressErr := waitEgress()
+	if agentErr != nil {
+		return fail(agentErr, "start sandbox")
+	}
+	if egressErr != nil {
+		return fail(egressErr, "start egress helper")
 	}
 	p.rec.State = recordReady
 	if err := m.store.PutSandbox(&p.rec); err != nil {

@@ -41,17 +41,3 @@ func (m *Manager) ensureNetwork(ctx context.Context) error {
 	}
 	return nil
 }
-
-// helperNetwork is the network of a policed sandbox's egress helper, given
-// the sandbox's. On a user network such as sandboxd's, Docker's embedded
-// resolver is the only nameserver and forwards from the sandbox's own
-// namespace, where the firewall drops it: without [egress] dns_upstream,
-// no name would resolve. So the helper then stays on Docker's bridge, with
-// the host's resolvers; sandboxes on sandboxd's network cannot reach that
-// bridge, and a policy guards the private ranges of other policed ones.
-func (m *Manager) helperNetwork(sandbox runtime.Network) runtime.Network {
-	if sandbox.Mode == runtime.NetworkIsolated && len(m.cfg.Egress.DNSUpstream) == 0 {
-		return runtime.Network{Mode: runtime.NetworkDefault}
-	}
-	return sandbox
-}

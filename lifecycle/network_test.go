@@ -40,26 +40,3 @@ func TestDefaultNetwork(t *testing.T) {
 		t.Errorf("sandbox network %+v, want the engine's default", got)
 	}
 }
-
-// TestHelperNetwork: an egress helper joins its sandbox's network, except
-// sandboxd's own without dns_upstream, where no name would resolve.
-func TestHelperNetwork(t *testing.T) {
-	for _, c := range []struct {
-		mode string
-		ups  []string
-		want runtime.Network
-	}{
-		{"", nil, runtime.Network{Mode: runtime.NetworkDefault}},
-		{"", []string{"192.0.2.53"}, runtime.Network{Mode: runtime.NetworkIsolated, Name: DefaultNetwork}},
-		{"bridge", nil, runtime.Network{Mode: runtime.NetworkDefault}},
-		{"mynet", nil, runtime.Network{Mode: runtime.NetworkNamed, Name: "mynet"}},
-	} {
-		m := &Manager{cfg: config.Default()}
-		m.cfg.Docker.NetworkMode = c.mode
-		m.defaults = defaultsFrom(m.cfg)
-		m.cfg.Egress.DNSUpstream = c.ups
-		if got := m.helperNetwork(m.network()); got != c.want {
-			t.Errorf("network_mode %q, dns_upstream %v: helper on %+v, want %+v", c.mode, c.ups, got, c.want)
-		}
-	}
-}

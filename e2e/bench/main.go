@@ -14,6 +14,8 @@
 //   - sandboxd's RSS and goroutines with 0, half and all of the burst's
 //     sandboxes live, and the agent's RSS in a sandbox;
 //   - create-to-ready from a warm pool;
+//   - with a networkPolicy against without: create-to-ready, and a TCP
+//     connect and a DNS lookup timed inside the sandbox (egress.go);
 //   - /code `1+1` in a warm context on the code-interpreter image's Jupyter
 //     and on the agent's Python driver, against /command `true` in the same
 //     sandbox, and a new context's first run against a bare Jupyter session
@@ -69,7 +71,7 @@ type options struct {
 	url, key, start, image, pprof  string
 	filesOnly                      bool
 	codeImage                      string
-	onlyCode                       bool
+	onlyCode, onlyEgress           bool
 	transport                      string
 	pid                            int
 	creates, commands, files       int
@@ -101,6 +103,7 @@ func run() (err error) {
 	flag.BoolVar(&o.filesOnly, "files-only", false, "measure only commands and files (no creates, burst or pool): a light run on a shared machine")
 	flag.StringVar(&o.codeImage, "code-image", "sandboxd-test/code-interpreter:latest", "image for the /code phase (with Jupyter and python3); empty skips it")
 	flag.BoolVar(&o.onlyCode, "only-code", false, "measure only the /code phase")
+	flag.BoolVar(&o.onlyEgress, "only-egress", false, "measure only the egress policy phase")
 	flag.StringVar(&o.transport, "agent-transport", "auto", "with -start: the server's [docker] agent_transport (\"auto\" or \"exec\")")
 	short := flag.Bool("short", false, "small counts (3 creates, 20 commands, burst of 6, 4 MiB): for CI, not for figures")
 	flag.Parse()
@@ -127,7 +130,7 @@ func run() (err error) {
 
 	b := &bench{o: o, r: &raw{cli: cli, image: o.image, run: randHex(4)}, boxes: map[string]bool{}}
 	if o.start != "" {
-		srv, err := startServer(o.start, o.pprof != "", o.transport)
+		srv, err := startServer(o.start, o.pprof != "", o.transport, "")
 		if err != nil {
 			return err
 		}
@@ -137,6 +140,7 @@ func run() (err error) {
 			}
 			srv.stop()
 			b.r.removeLabelled(context.Background(), labelInstance, srv.instance)
+			b.r.removeLabelled(context.Background(), labelEgressInstance, srv.instance)
 		}()
 		o.url, o.key, b.o.pid = srv.url, srv.key, srv.cmd.Process.Pid
 	}
@@ -280,6 +284,15 @@ func (b *bench) measure(ctx context.Context, w io.Writer) error {
 		b.rep.write(w)
 		return nil
 	}
+	if b.o.onlyEgress {
+		eg, err := b.egress(ctx)
+		if err != nil {
+			return err
+		}
+		b.rep.egressRows(eg)
+		b.rep.write(w)
+		return nil
+	}
 	var (
 		mem  memoryResult
 		cold coldResult
@@ -343,6 +356,13 @@ func (b *bench) measure(ctx context.Context, w io.Writer) error {
 		r.latency("pool create-to-ready p50", pool.claims.pct(50), cold.raw.pct(50), 0, targetPoolP50)
 		r.latency("pool create-to-ready p95", pool.claims.pct(95), cold.raw.pct(95), 0, 0)
 		r.add(row{name: "pool creates served warm", value: fmt.Sprintf("%d/%d", pool.warm, len(pool.claims)), baseline: "—"})
+	}
+	if !b.o.filesOnly {
+		eg, err := b.egress(ctx)
+		if err != nil {
+			return err
+		}
+		r.egressRows(eg)
 	}
 	if b.o.codeImage != "" && !b.o.filesOnly {
 		code, err := b.codeEngines(ctx)

@@ -1,30 +1,39 @@
 // Command egressworld is the "internet" of the egress e2e tests: run in a
 // container on a network the test creates, it is an authoritative DNS
 // server for the test's names (-zone name=ip,...), an HTTP server on port
-// 80 answering "hello from <-tag>", and a TCP listener on port 853 (DoT)
-// answering the same.
+// 80 answering "hello from <-tag>", the same over TLS on 443 (a
+// self-signed certificate, whatever the SNI), and a TCP listener on port
+// 853 (DoT) answering the same.
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"log"
+	"math/big"
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/miekg/dns"
 )
 
 func main() {
-	zone := flag.String("zone", "", "name=ip,... answered with A records")
+	zone := flag.String("zone", "", "name=ip,... answered with A records (AAAA for an IPv6 ip; a name may repeat)")
 	tag := flag.String("tag", "", "what the HTTP and TCP servers say")
 	flag.Parse()
-	records := map[string]net.IP{}
+	records := map[string][]net.IP{}
 	for _, kv := range strings.Split(*zone, ",") {
 		name, ip, ok := strings.Cut(kv, "=")
 		if ok {
-			records[dns.Fqdn(strings.ToLower(name))] = net.ParseIP(ip)
+			name = dns.Fqdn(strings.ToLower(name))
+			records[name] = append(records[name], net.ParseIP(ip))
 		}
 	}
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
@@ -33,12 +42,18 @@ func main() {
 		m.Authoritative = true
 		if len(q.Question) == 1 {
 			qq := q.Question[0]
-			ip, ok := records[strings.ToLower(qq.Name)]
-			switch {
-			case !ok:
+			ips, ok := records[strings.ToLower(qq.Name)]
+			if !ok {
 				m.Rcode = dns.RcodeNameError
-			case qq.Qtype == dns.TypeA:
-				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: qq.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: ip.To4()})
+			}
+			for _, ip := range ips {
+				hdr := dns.RR_Header{Name: qq.Name, Rrtype: qq.Qtype, Class: dns.ClassINET, Ttl: 30}
+				switch {
+				case qq.Qtype == dns.TypeA && ip.To4() != nil:
+					m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: ip.To4()})
+				case qq.Qtype == dns.TypeAAAA && ip.To4() == nil:
+					m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: ip})
+				}
 			}
 		}
 		_ = w.WriteMsg(m)
@@ -61,7 +76,24 @@ func main() {
 			c.Close()
 		}
 	}()
-	log.Fatal(http.ListenAndServe(":80", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, hello)
-	})))
+	handler80 := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, hello) })
+	go func() {
+		srv := &http.Server{Addr: ":443", Handler: handler80, TLSConfig: &tls.Config{Certificates: []tls.Certificate{selfSigned()}}}
+		log.Fatal(srv.ListenAndServeTLS("", ""))
+	}()
+	log.Fatal(http.ListenAndServe(":80", handler80))
+}
+
+// selfSigned makes a throwaway certificate for the TLS server.
+func selfSigned() tls.Certificate {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		log.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), DNSNames: []string{"egressworld"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

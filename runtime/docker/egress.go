@@ -1,21 +1,25 @@
 package docker
 
 import (
+	"archive/tar"
 	"context"
+	"fmt"
+	"io"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
 
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/agent"
+	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
 var _ runtime.Egress = (*Docker)(nil)
 
-// CreateEgressHelper implements runtime.Egress. The helper runs sandboxd
-// from the agent volume as root with NET_ADMIN (to program nftables) and
-// NET_BIND_SERVICE (the resolver on port 53), nothing else; its main
-// process only holds the network namespace.
-func (d *Docker) CreateEgressHelper(ctx context.Context, spec runtime.Spec) (string, error) {
+// helperSpec is spec made into an egress helper: sandboxd from the agent
+// volume as root with NET_ADMIN (to program nftables) and NET_BIND_SERVICE
+// (the resolver on port 53), nothing else; its main process only holds on.
+func helperSpec(spec runtime.Spec) runtime.Spec {
 	spec.Cmd = []string{agentPath, "egress", "hold"}
 	spec.Env = nil
 	spec.User = "0"
@@ -24,21 +28,67 @@ func (d *Docker) CreateEgressHelper(ctx context.Context, spec runtime.Spec) (str
 	// Go needs threads for blocking syscalls; 256 is ample for the daemon.
 	spec.Resources = runtime.Resources{Pids: 256, MemoryBytes: 128 << 20}
 	spec.Mounts = nil
+	return spec
+}
+
+// CreateEgressHelper implements runtime.Egress.
+func (d *Docker) CreateEgressHelper(ctx context.Context, sandbox string, spec runtime.Spec) (string, error) {
+	spec = helperSpec(spec)
+	spec.Network = runtime.Network{Mode: runtime.NetworkJoin, Name: sandbox}
+	return d.Create(ctx, spec)
+}
+
+// DetachNetwork implements runtime.Egress.
+func (d *Docker) DetachNetwork(ctx context.Context, id string, nw runtime.Network) error {
+	cctx, cancel := d.call(ctx)
+	defer cancel()
+	name := string(networkMode(nw))
+	return wrap(d.cli.NetworkDisconnect(cctx, name, id, true), "disconnect container %s from %s", id, name)
+}
+
+// AttachNetwork implements runtime.Egress.
+func (d *Docker) AttachNetwork(ctx context.Context, id string, nw runtime.Network) error {
+	cctx, cancel := d.call(ctx)
+	defer cancel()
+	name := string(networkMode(nw))
+	return wrap(d.cli.NetworkConnect(cctx, name, id, &network.EndpointSettings{}), "connect container %s to %s", id, name)
+}
+
+// HostResolvers implements runtime.Egress with a helper-like container on
+// Docker's bridge network, whose resolver file Docker fills from the
+// host's (without loopback resolvers, which a container cannot reach).
+func (d *Docker) HostResolvers(ctx context.Context, spec runtime.Spec) ([]string, error) {
+	spec = helperSpec(spec)
+	spec.Capabilities.Add = nil
+	spec.Network = runtime.Network{Mode: runtime.NetworkDefault}
 	id, err := d.Create(ctx, spec)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	defer func() { _ = d.Remove(context.WithoutCancel(ctx), id) }()
 	if err := d.Start(ctx, id); err != nil {
-		_ = d.Remove(context.WithoutCancel(ctx), id)
-		return "", err
+		return nil, err
 	}
-	return id, nil
+	rc, _, err := d.GetArchive(ctx, id, egress.ResolvConf)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	if _, err := tr.Next(); err != nil {
+		return nil, fmt.Errorf("read %s of the bridge network: %w", egress.ResolvConf, err)
+	}
+	ups, err := egress.Nameservers(io.LimitReader(tr, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("the bridge network's %s: %w", egress.ResolvConf, err)
+	}
+	return ups, nil
 }
 
 // StartEgress implements runtime.Egress: like the agent, the daemon speaks
 // yamux on its exec stream, so no port is ever opened for it.
-func (d *Docker) StartEgress(ctx context.Context, helperID string, args []string) (runtime.Session, error) {
-	return d.execClient(ctx, helperID, "egress daemon", append([]string{agentPath, "egress", "serve"}, args...), "0")
+func (d *Docker) StartEgress(ctx context.Context, helper string, args []string) (runtime.Session, error) {
+	return d.execClient(ctx, helper, "egress daemon", append([]string{agentPath, "egress", "serve"}, args...), "0")
 }
 
 // execClient runs cmd in container id as user ("": the container's) and

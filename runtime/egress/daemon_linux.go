@@ -1,9 +1,9 @@
 package egress
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,10 +24,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime/agent"
 )
-
-// ResolvConf is the resolver file the helper shares with its sandbox
-// (Docker gives a container joining another's network that one's file).
-const ResolvConf = "/etc/resolv.conf"
 
 // listenAddr is the resolver the sandbox is pointed at.
 const listenAddr = "127.0.0.1:53"
@@ -58,7 +55,7 @@ func Main(ctx context.Context, args []string, log *slog.Logger) error {
 		return nil
 	case "serve":
 		fs := flag.NewFlagSet("egress serve", flag.ContinueOnError)
-		up := fs.String("upstream", "", "comma-separated upstream resolvers (ip:port); default: "+ResolvConf)
+		up := fs.String("upstream", "", "comma-separated upstream resolvers (ip or ip:port)")
 		sandbox := fs.String("sandbox", "", "id of the sandbox, for the log")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
@@ -75,7 +72,7 @@ func Main(ctx context.Context, args []string, log *slog.Logger) error {
 
 func parseUpstreams(s string) ([]netip.AddrPort, error) {
 	if s == "" {
-		return readResolvConf(ResolvConf)
+		return nil, errors.New("egress: --upstream is required")
 	}
 	var out []netip.AddrPort
 	for _, f := range strings.Split(s, ",") {
@@ -88,32 +85,6 @@ func parseUpstreams(s string) ([]netip.AddrPort, error) {
 			ap = netip.AddrPortFrom(a, 53)
 		}
 		out = append(out, ap)
-	}
-	return out, nil
-}
-
-// readResolvConf returns the nameservers of path, except this daemon's own.
-func readResolvConf(path string) ([]netip.AddrPort, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("egress: %w", err)
-	}
-	defer f.Close()
-	var out []netip.AddrPort
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 || fields[0] != "nameserver" {
-			continue
-		}
-		a, err := netip.ParseAddr(fields[1])
-		if err != nil || a == netip.MustParseAddr("127.0.0.1") || a.IsUnspecified() {
-			continue
-		}
-		out = append(out, netip.AddrPortFrom(a.Unmap(), 53))
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("egress: no upstream nameserver in %s", path)
 	}
 	return out, nil
 }
@@ -177,8 +148,8 @@ func serve(ctx context.Context, upstreams []netip.AddrPort, log *slog.Logger) er
 		}
 		defer s.Shutdown()
 	}
-	if err := os.WriteFile(ResolvConf, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
-		return fmt.Errorf("egress: point %s at the resolver: %w", ResolvConf, err)
+	if err := pointResolver(); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -189,6 +160,16 @@ func serve(ctx context.Context, upstreams []netip.AddrPort, log *slog.Logger) er
 		cancel()
 	}()
 	return agent.ServeStdio(ctx, d.routes(), os.Stdin, os.Stdout, log)
+}
+
+// pointResolver points the sandbox's resolver file at the daemon. Docker
+// rewrites the file when it connects the sandbox to a network, so every
+// policy sandboxd sends points it again.
+func pointResolver() error {
+	if err := os.WriteFile(ResolvConf, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+		return fmt.Errorf("egress: point %s at the resolver: %w", ResolvConf, err)
+	}
+	return nil
 }
 
 // GuardedPrefixes are closed under any policy unless an IP rule opens them:
@@ -289,6 +270,15 @@ func (d *daemon) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 		_ = w.WriteMsg(m)
 		return
 	}
+	if q.Question[0].Qtype == dns.TypeAAAA {
+		// No IPv6 under a policy (the firewall drops it): no address, so
+		// that clients use IPv4 at once.
+		d.dnsAllowed.Add(1)
+		m := new(dns.Msg)
+		m.SetReply(q)
+		_ = w.WriteMsg(m)
+		return
+	}
 	resp := d.forward(q, w.LocalAddr().Network())
 	if resp == nil {
 		m := new(dns.Msg)
@@ -297,6 +287,7 @@ func (d *daemon) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 		return
 	}
 	d.dnsAllowed.Add(1)
+	resp.Answer = slices.DeleteFunc(resp.Answer, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeAAAA })
 	d.learn(name, resp)
 	_ = w.WriteMsg(resp)
 }
@@ -321,16 +312,11 @@ func (d *daemon) learn(name string, resp *dns.Msg) {
 		return // the policy changed while the query was out
 	}
 	for _, rr := range resp.Answer {
-		var ip net.IP
-		switch v := rr.(type) {
-		case *dns.A:
-			ip = v.A
-		case *dns.AAAA:
-			ip = v.AAAA
-		default:
+		v, ok := rr.(*dns.A)
+		if !ok {
 			continue
 		}
-		a, ok := netip.AddrFromSlice(ip)
+		a, ok := netip.AddrFromSlice(v.A)
 		if !ok {
 			continue
 		}
@@ -377,6 +363,10 @@ func (d *daemon) routes() http.Handler {
 		}
 		if err := d.setPolicy(p); err != nil {
 			http.Error(w, "failed to apply nftables policy: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if err := pointResolver(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		ups := make([]string, 0, len(d.upstreams))

@@ -4,33 +4,15 @@ package egress
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
-)
 
-func TestReadResolvConf(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "resolv.conf")
-	conf := "# Docker\nsearch example.com\nnameserver 127.0.0.11\nnameserver 127.0.0.1\nnameserver ::ffff:192.0.2.1\nnameserver 0.0.0.0\nnameserver bogus\noptions ndots:0\n"
-	if err := os.WriteFile(p, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got, err := readResolvConf(p)
-	want := []netip.AddrPort{netip.MustParseAddrPort("127.0.0.11:53"), netip.MustParseAddrPort("192.0.2.1:53")}
-	if err != nil || !slices.Equal(got, want) {
-		t.Errorf("readResolvConf = %v, %v; want %v (the daemon's own address skipped)", got, err, want)
-	}
-	if err := os.WriteFile(p, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := readResolvConf(p); err == nil {
-		t.Error("a file naming only the daemon itself was accepted")
-	}
-}
+	"github.com/miekg/dns"
+)
 
 func TestParseUpstreams(t *testing.T) {
 	got, err := parseUpstreams("192.0.2.53, 192.0.2.54:5353,[2001:db8::1]:53")
@@ -40,6 +22,10 @@ func TestParseUpstreams(t *testing.T) {
 	}
 	if _, err := parseUpstreams("dns.example.com"); err == nil {
 		t.Error("a name was accepted as upstream")
+	}
+	// Never the resolver file, which the sandbox can write.
+	if _, err := parseUpstreams(""); err == nil {
+		t.Error("no upstream accepted")
 	}
 }
 
@@ -53,5 +39,28 @@ func TestStatsRoute(t *testing.T) {
 	var got Stats
 	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || got != (Stats{DNSDenied: 2, ConnAllowed: 1}) {
 		t.Fatalf("GET /stats = %d %q (%v)", w.Code, w.Body.String(), err)
+	}
+}
+
+// dnsRecorder is a dns.ResponseWriter that keeps the answer.
+type dnsRecorder struct {
+	dns.ResponseWriter
+	msg *dns.Msg
+}
+
+func (r *dnsRecorder) WriteMsg(m *dns.Msg) error { r.msg = m; return nil }
+
+// TestServeAAAA: an allowed name gets no IPv6 address (the firewall keeps
+// IPv6 closed), without a query upstream; a denied one is NXDOMAIN.
+func TestServeAAAA(t *testing.T) {
+	d := &daemon{log: slog.New(slog.DiscardHandler), policy: Policy{DefaultAction: Deny, Egress: []Rule{{Action: Allow, Target: "allowed.test"}}}}
+	for name, rcode := range map[string]int{"allowed.test.": dns.RcodeSuccess, "denied.test.": dns.RcodeNameError} {
+		q := new(dns.Msg)
+		q.SetQuestion(name, dns.TypeAAAA)
+		w := &dnsRecorder{}
+		d.ServeDNS(w, q) // no upstreams: a forwarded query would answer SERVFAIL
+		if w.msg == nil || w.msg.Rcode != rcode || len(w.msg.Answer) != 0 {
+			t.Errorf("AAAA %s = %v, want rcode %d and no answer", name, w.msg, rcode)
+		}
 	}
 }

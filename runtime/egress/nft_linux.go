@@ -98,6 +98,9 @@ func (f *firewall) apply(rs ruleset) error {
 	for _, lo := range []string{"127.0.0.0/8", "::1/128"} {
 		add(accept, daddr(netip.MustParsePrefix(lo))...)
 	}
+	// IPv6 stays closed beyond loopback, whatever the rules: the Host/SNI
+	// proxy reads IPv4 destinations only, and the resolver answers no AAAA.
+	add(reject, family(unix.NFPROTO_IPV6)...)
 	// DNS goes to the daemon on loopback only; DoT nowhere.
 	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 		for _, port := range []uint16{53, 853} {
@@ -125,8 +128,8 @@ func (f *firewall) apply(rs ruleset) error {
 	if rs.policy.DefaultAction == Allow {
 		add(accept)
 	}
-	// New TCP to 80 and 443 goes to the peeking proxy first (IPv4 only:
-	// the original destination is read as a sockaddr_in).
+	// New TCP to 80 and 443 goes to the peeking proxy first (IPv4, the
+	// only family let out: the original destination is a sockaddr_in).
 	nat := c.AddChain(&nftables.Chain{
 		Name: "redirect", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest,
