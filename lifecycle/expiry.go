@@ -251,13 +251,34 @@ func (m *Manager) repairStuck(ctx context.Context) {
 	}
 }
 
+// reaperInterval is [lifecycle] reaper_interval, 5 s if unset.
+func (m *Manager) reaperInterval() time.Duration {
+	if d := m.cfg.Lifecycle.ReaperInterval.Duration; d > 0 {
+		return d
+	}
+	return 5 * time.Second
+}
+
+// runActivityFlush persists activity every reaper interval until ctx
+// ends, and once more then: a replica that does not lead reaps nothing but
+// still records its sandboxes' use.
+func (m *Manager) runActivityFlush(ctx context.Context) {
+	t := time.NewTicker(m.reaperInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.persistActivity()
+			return
+		case <-t.C:
+			m.persistActivity()
+		}
+	}
+}
+
 // RunReaper sweeps every interval until ctx ends.
 func (m *Manager) RunReaper(ctx context.Context) {
-	interval := m.cfg.Lifecycle.ReaperInterval.Duration
-	if interval <= 0 {
-		interval = 5 * time.Second
-	}
-	t := time.NewTicker(interval)
+	t := time.NewTicker(m.reaperInterval())
 	defer t.Stop()
 	for {
 		select {
@@ -300,6 +321,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		if rec == nil && m.adoptPoolMember(ctx, c) {
 			continue
 		}
+		if m.creating(id) {
+			continue // a create in flight (a replica that leads later)
+		}
 		if rec == nil || rec.State != recordReady {
 			m.log.Warn("removing half-created sandbox container", "sandbox_id", id, "container", runtime.ShortID(c.ID))
 			if err := m.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
@@ -311,7 +335,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		adopted++
 	}
 	for _, r := range recs {
-		if seen[r.ID] {
+		if seen[r.ID] || m.creating(r.ID) {
 			continue
 		}
 		if r.State == recordReady {

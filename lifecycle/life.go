@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // A Manager's life is ordered. Until the first reconcile has finished it
@@ -93,31 +95,64 @@ func (m *Manager) served() {
 // Start reconciles with the engine in the background (retrying while it
 // is unreachable), then serves: it fills the warm pools and runs the
 // reaper until Shutdown.
+//
+// On a runtime shared by several replicas (runtime.Leadership) a replica
+// serves at once, since nothing it does at start can race its own
+// creates; it reconciles, reaps and fills pools only while it leads, and
+// flushes its sandboxes' activity all along (the leader's reaper reads it
+// from the shared records).
 func (m *Manager) Start() {
 	ctx, stop := context.WithCancel(context.Background())
 	m.life.mu.Lock()
 	m.life.stop, m.life.done = stop, make(chan struct{})
 	done := m.life.done
 	m.life.mu.Unlock()
+	leader, shared := m.rt.(runtime.Leadership)
 	go func() {
 		defer close(done)
-		for {
-			err := m.Reconcile(ctx)
-			if err == nil {
-				break
-			}
-			m.log.Error("reconcile with the engine failed; retrying", "in", m.life.retry, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(m.life.retry):
-			}
+		if !shared {
+			m.lead(ctx)
+			return
 		}
-		var pools sync.WaitGroup
-		pools.Go(func() { m.RunPools(ctx) })
-		m.RunReaper(ctx)
-		pools.Wait()
+		m.served()
+		var flush sync.WaitGroup
+		flush.Go(func() { m.runActivityFlush(ctx) })
+		defer flush.Wait()
+		for {
+			lctx, err := leader.Lead(ctx)
+			if err != nil {
+				return // ctx ended
+			}
+			m.log.Info("leading: reconciling, reaping and filling pools")
+			m.lead(lctx)
+			if ctx.Err() != nil {
+				return
+			}
+			m.log.Warn("leadership lost; waiting to lead again")
+		}
 	}()
+}
+
+// lead does the background work one sandboxd at a time may do, until ctx
+// ends: reconcile (retrying while the engine is unreachable), then the
+// pool fillers and the reaper.
+func (m *Manager) lead(ctx context.Context) {
+	for {
+		err := m.Reconcile(ctx)
+		if err == nil {
+			break
+		}
+		m.log.Error("reconcile with the engine failed; retrying", "in", m.life.retry, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(m.life.retry):
+		}
+	}
+	var pools sync.WaitGroup
+	pools.Go(func() { m.RunPools(ctx) })
+	m.RunReaper(ctx)
+	pools.Wait()
 }
 
 // Shutdown stops the Manager: it refuses new work, waits for the creates

@@ -54,7 +54,7 @@ type Manager struct {
 	cfg      config.Config
 	defaults defaults
 	rt       runtime.Runtime
-	store    *Store
+	store    Store
 	log      *slog.Logger
 	instance string
 	tokenKey []byte
@@ -71,6 +71,10 @@ type Manager struct {
 	mu       sync.Mutex
 	activity map[string]time.Time // last activity by sandbox id, not yet persisted
 
+	// inFlight holds the ids of the sandboxes being provisioned, which
+	// Reconcile leaves alone.
+	inFlight sync.Map
+
 	// paused holds the ids of sandboxes paused through sandboxd: their
 	// agent is frozen, so file transfers are refused instead of hanging.
 	paused sync.Map
@@ -78,18 +82,12 @@ type Manager struct {
 
 // New returns a Manager. The instance id comes from the config or is made
 // once and kept in the store, so restarts adopt the same containers.
-func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) (*Manager, error) {
+func New(cfg config.Config, rt runtime.Runtime, store Store, log *slog.Logger) (*Manager, error) {
 	instance := cfg.Lifecycle.InstanceID
 	if instance == "" {
-		v, err := store.MetaString("instance-id")
+		v, err := store.InstanceID()
 		if err != nil {
 			return nil, err
-		}
-		if v == "" {
-			v = newID()[:8]
-			if err := store.SetMetaString("instance-id", v); err != nil {
-				return nil, err
-			}
 		}
 		instance = v
 	}
@@ -389,9 +387,17 @@ func buildEnv(env map[string]*string) ([]string, error) {
 	return out, nil
 }
 
+// creating reports whether sandbox id is being provisioned.
+func (m *Manager) creating(id string) bool {
+	_, ok := m.inFlight.Load(id)
+	return ok
+}
+
 // provision runs a plan: pull, record, create, start.
 func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error) {
 	id := p.rec.ID
+	m.inFlight.Store(id, true)
+	defer m.inFlight.Delete(id)
 	log := m.log.With("sandbox_id", id)
 	start := m.now()
 	if err := m.ensureImage(ctx, p.spec.Image, p.auth, p.spec.Platform, func(line string) {
