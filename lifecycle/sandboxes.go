@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -102,30 +103,18 @@ type createPlan struct {
 	fromPool string
 }
 
+// plan validates a create request into what provision runs: the record
+// to keep, the spec to create and the volumes made for it. Checks that need
+// nothing but the request come first, then those that read state (the
+// snapshot, the engine for volumes).
 func (m *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, error) {
-	unprocessable := func(msg string, loc ...string) error {
-		return &Error{Kind: KindUnprocessable, Code: CodeInvalidParameter, Message: msg, Field: append([]string{"body"}, loc...)}
-	}
 	poolRef, err := m.warm.applyPoolRef(&req)
 	if err != nil {
 		return nil, err
 	}
-	hasImage := req.Image != nil
 	req.SnapshotID = strings.TrimSpace(req.SnapshotID)
-	if hasImage == (req.SnapshotID != "") {
-		return nil, unprocessable("exactly one of image and snapshotId is required")
-	}
-	if hasImage && strings.TrimSpace(req.Image.URI) == "" {
-		return nil, unprocessable("image.uri must not be empty", "image", "uri")
-	}
-	if req.Image != nil && req.Image.Auth != nil && (req.Image.Auth.Username == "" || req.Image.Auth.Password == "") {
-		return nil, unprocessable("image.auth needs username and password", "image", "auth")
-	}
-	if hasImage && len(req.Entrypoint) == 0 {
-		return nil, unprocessable("entrypoint is required with image (at least one element)", "entrypoint")
-	}
-	if req.Timeout != nil && *req.Timeout < 60 {
-		return nil, unprocessable("timeout must be at least 60 seconds (or null for manual cleanup)", "timeout")
+	if err := checkShape(req); err != nil {
+		return nil, err
 	}
 	renew, err := parseRenewOnAccess(req.Extensions)
 	if err != nil {
@@ -136,54 +125,19 @@ func (m *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 		return nil, err
 	}
 	p := &createPlan{}
-	image := ""
-	if hasImage {
-		image = strings.TrimSpace(req.Image.URI)
-		if req.Image.Auth != nil {
-			p.auth = &runtime.RegistryAuth{Username: req.Image.Auth.Username, Password: req.Image.Auth.Password}
-		}
-	} else {
-		snap, err := m.store.Snapshot(req.SnapshotID)
-		if errors.Is(err, errNoRecord) {
-			return nil, errf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", req.SnapshotID)
-		}
-		if err != nil {
-			return nil, m.engineError(err, "read snapshot")
-		}
-		if snap.State != snapshotReady {
-			return nil, errf(KindConflict, CodeSnapshotNotReady, "snapshot %s is %s, not Ready", snap.ID, snap.State)
-		}
-		if snap.Image == "" {
-			return nil, errf(KindConflict, CodeSnapshotRestore, "snapshot %s has no image", snap.ID)
-		}
-		image = snap.Image
-		if len(req.Entrypoint) == 0 {
-			req.Entrypoint = []string{"tail", "-f", "/dev/null"}
-		}
+	image, err := m.source(&req, p)
+	if err != nil {
+		return nil, err
 	}
 	if err := validateMetadata(req.Metadata, CodeInvalidMetadata); err != nil {
 		return nil, err
 	}
-	var platform *Platform
-	if req.Platform != nil {
-		pl := Platform{OS: strings.ToLower(req.Platform.OS), Arch: strings.ToLower(req.Platform.Arch)}
-		if pl.OS != "linux" {
-			return nil, errf(KindInvalid, CodeInvalidParameter, "platform.os %q is not supported: sandboxd runs linux sandboxes", req.Platform.OS)
-		}
-		if pl.Arch != "amd64" && pl.Arch != "arm64" {
-			return nil, errf(KindInvalid, CodeInvalidParameter, "platform.arch %q must be amd64 or arm64", req.Platform.Arch)
-		}
-		platform = &pl
+	platform, err := parsePlatform(req.Platform)
+	if err != nil {
+		return nil, err
 	}
-	max := m.cfg.Server.MaxSandboxTimeoutSeconds
-	if req.Timeout != nil && max > 0 && *req.Timeout > max {
-		return nil, errf(KindInvalid, CodeInvalidParameter, "timeout %d exceeds the server's max_sandbox_timeout_seconds (%d)", *req.Timeout, max)
-	}
-	if req.SecureAccess {
-		return nil, errf(KindInvalid, CodeInvalidParameter, "secureAccess is not supported when runtime.type='%s'", m.rt.Name())
-	}
-	if l := strings.TrimSpace(string(req.Lifecycle)); l != "" && l != "null" {
-		return nil, errf(KindInvalid, CodeInvalidParameter, "lifecycle hooks (preStart, periodic) are not supported when runtime.type='%s'", m.rt.Name())
+	if err := m.checkSupported(req); err != nil {
+		return nil, err
 	}
 	policy, err := m.egress.requestPolicy(req.NetworkPolicy)
 	if err != nil {
@@ -200,46 +154,25 @@ func (m *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 	if err != nil {
 		return nil, err
 	}
-	pv, err := m.prepareVolumes(ctx, req.Volumes)
-	if err != nil {
+	if p.volumes, err = m.prepareVolumes(ctx, req.Volumes); err != nil {
 		return nil, err
 	}
-	p.volumes = pv
-	id := newID()
-	now := wireTime(m.now())
+	id, now := newID(), wireTime(m.now())
 	p.rec = Record{
 		ID: id, State: recordCreating, CreatedAt: now, Metadata: req.Metadata,
-		Image: image, SnapshotID: req.SnapshotID, Platform: platform,
-		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: pv.managed,
+		SnapshotID: req.SnapshotID, Platform: platform,
+		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: p.volumes.managed,
 		IdleTimeout: int(m.cfg.Lifecycle.IdleTimeout.Seconds()), LastActivity: now,
 		ReadOnlyRootfs: hard.readOnlyRootfs,
 	}
-	if !hasImage {
-		p.rec.Image = ""
+	if req.Image != nil {
+		p.rec.Image = image // a restore reports its snapshot, not the image
 	}
-	labels := map[string]string{}
-	for k, v := range req.Metadata {
-		labels[k] = v
-	}
-	labels[LabelID] = id
-	labels[LabelInstance] = m.instance
 	if req.Timeout != nil {
 		exp := now.Add(time.Duration(*req.Timeout) * time.Second)
 		p.rec.ExpiresAt = &exp
-		labels[LabelExpiresAt] = exp.Format(time.RFC3339Nano)
-	} else {
-		labels[LabelManualCleanup] = "true"
 	}
-	if platform != nil {
-		labels[LabelPlatformOS], labels[LabelPlatformArch] = platform.OS, platform.Arch
-	}
-	if req.SnapshotID != "" {
-		labels[LabelSnapshotID] = req.SnapshotID
-	}
-	if renew > 0 {
-		labels[LabelRenewExtend] = strconv.Itoa(renew)
-	}
-	p.spec = m.defaults.sandboxSpec(id, image, req.Entrypoint, env, labels, res, m.network(), pv.mounts, hard)
+	p.spec = m.defaults.sandboxSpec(id, image, req.Entrypoint, env, m.labels(&p.rec, req.Metadata), res, m.network(), p.volumes.mounts, hard)
 	if platform != nil {
 		p.spec.Platform = platform.OS + "/" + platform.Arch
 	}
@@ -251,6 +184,111 @@ func (m *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 		m.warm.assignPool(poolRef, p)
 	}
 	return p, nil
+}
+
+// checkShape checks what the request's schema requires, as FastAPI
+// reports it (422 with the field's location).
+func checkShape(req CreateRequest) error {
+	unprocessable := func(msg string, loc ...string) error {
+		return &Error{Kind: KindUnprocessable, Code: CodeInvalidParameter, Message: msg, Field: append([]string{"body"}, loc...)}
+	}
+	hasImage := req.Image != nil
+	switch {
+	case hasImage == (req.SnapshotID != ""):
+		return unprocessable("exactly one of image and snapshotId is required")
+	case hasImage && strings.TrimSpace(req.Image.URI) == "":
+		return unprocessable("image.uri must not be empty", "image", "uri")
+	case hasImage && req.Image.Auth != nil && (req.Image.Auth.Username == "" || req.Image.Auth.Password == ""):
+		return unprocessable("image.auth needs username and password", "image", "auth")
+	case hasImage && len(req.Entrypoint) == 0:
+		return unprocessable("entrypoint is required with image (at least one element)", "entrypoint")
+	case req.Timeout != nil && *req.Timeout < 60:
+		return unprocessable("timeout must be at least 60 seconds (or null for manual cleanup)", "timeout")
+	}
+	return nil
+}
+
+// source is the image a sandbox is made from: the request's (with its
+// registry credential in p), or a ready snapshot's, whose sandboxes idle
+// unless told what to run.
+func (m *Sandboxes) source(req *CreateRequest, p *createPlan) (string, error) {
+	if req.Image != nil {
+		if a := req.Image.Auth; a != nil {
+			p.auth = &runtime.RegistryAuth{Username: a.Username, Password: a.Password}
+		}
+		return strings.TrimSpace(req.Image.URI), nil
+	}
+	snap, err := m.store.Snapshot(req.SnapshotID)
+	switch {
+	case errors.Is(err, errNoRecord):
+		return "", errf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", req.SnapshotID)
+	case err != nil:
+		return "", m.engineError(err, "read snapshot")
+	case snap.State != snapshotReady:
+		return "", errf(KindConflict, CodeSnapshotNotReady, "snapshot %s is %s, not Ready", snap.ID, snap.State)
+	case snap.Image == "":
+		return "", errf(KindConflict, CodeSnapshotRestore, "snapshot %s has no image", snap.ID)
+	}
+	if len(req.Entrypoint) == 0 {
+		req.Entrypoint = []string{"tail", "-f", "/dev/null"}
+	}
+	return snap.Image, nil
+}
+
+// parsePlatform checks a requested platform: Linux on amd64 or arm64.
+func parsePlatform(req *Platform) (*Platform, error) {
+	if req == nil {
+		return nil, nil
+	}
+	pl := Platform{OS: strings.ToLower(req.OS), Arch: strings.ToLower(req.Arch)}
+	if pl.OS != "linux" {
+		return nil, errf(KindInvalid, CodeInvalidParameter, "platform.os %q is not supported: sandboxd runs linux sandboxes", req.OS)
+	}
+	if pl.Arch != "amd64" && pl.Arch != "arm64" {
+		return nil, errf(KindInvalid, CodeInvalidParameter, "platform.arch %q must be amd64 or arm64", req.Arch)
+	}
+	return &pl, nil
+}
+
+// checkSupported refuses what this server does not offer: a timeout past
+// its cap, and upstream features its runtime lacks.
+func (m *Sandboxes) checkSupported(req CreateRequest) error {
+	if max := m.cfg.Server.MaxSandboxTimeoutSeconds; req.Timeout != nil && max > 0 && *req.Timeout > max {
+		return errf(KindInvalid, CodeInvalidParameter, "timeout %d exceeds the server's max_sandbox_timeout_seconds (%d)", *req.Timeout, max)
+	}
+	if req.SecureAccess {
+		return errf(KindInvalid, CodeInvalidParameter, "secureAccess is not supported when runtime.type='%s'", m.rt.Name())
+	}
+	if l := strings.TrimSpace(string(req.Lifecycle)); l != "" && l != "null" {
+		return errf(KindInvalid, CodeInvalidParameter, "lifecycle hooks (preStart, periodic) are not supported when runtime.type='%s'", m.rt.Name())
+	}
+	return nil
+}
+
+// labels are a sandbox's labels: the user's metadata and upstream's
+// bookkeeping, so that upstream tooling recognises the sandbox.
+func (m *Sandboxes) labels(rec *Record, metadata map[string]string) map[string]string {
+	labels := maps.Clone(metadata)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelID] = rec.ID
+	labels[LabelInstance] = m.instance
+	if rec.ExpiresAt != nil {
+		labels[LabelExpiresAt] = rec.ExpiresAt.Format(time.RFC3339Nano)
+	} else {
+		labels[LabelManualCleanup] = "true"
+	}
+	if rec.Platform != nil {
+		labels[LabelPlatformOS], labels[LabelPlatformArch] = rec.Platform.OS, rec.Platform.Arch
+	}
+	if rec.SnapshotID != "" {
+		labels[LabelSnapshotID] = rec.SnapshotID
+	}
+	if rec.RenewOnAccess > 0 {
+		labels[LabelRenewExtend] = strconv.Itoa(rec.RenewOnAccess)
+	}
+	return labels
 }
 
 func buildEnv(env map[string]*string) ([]string, error) {
