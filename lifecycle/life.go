@@ -198,7 +198,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Reconcile brings the books in line with Docker after a start: it removes
+// Reconcile brings the books in line with the engine after a start: it removes
 // half-created sandboxes and containers of this instance that have no
 // record, forgets records whose container is gone, settles interrupted
 // snapshots, then reaps what expired while sandboxd was down. It first
@@ -252,7 +252,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	}
 	m.reconcileSnapshots(ctx)
 	m.restoreEgress(ctx)
-	m.log.Info("reconciled with Docker", "adopted", adopted)
+	m.log.Info("reconciled with the engine", "adopted", adopted)
 	m.Sweep(ctx)
 	m.served()
 	return nil

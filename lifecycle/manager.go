@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/config"
@@ -142,12 +143,21 @@ func (m *deps) engineError(err error, what string) error {
 	if errors.Is(err, runtime.ErrContainerTimeout) {
 		// The engine answers, but is stuck on this one container:
 		// other sandboxes work, so the engine is not "unreachable".
-		return &Error{Kind: KindUnavailable, Code: CodeEngineTimeout, Message: "the Docker engine did not answer in time (" + what + ") though it answers for the others; retry later", Err: err}
+		return &Error{Kind: KindUnavailable, Code: CodeEngineTimeout, Message: "the " + m.engineTitle() + " engine did not answer in time (" + what + ") though it answers for the others; retry later", Err: err}
 	}
 	if errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-		return &Error{Kind: KindUnavailable, Code: CodeEngineUnavailable, Message: "the Docker engine is unreachable (" + what + "); retry when it is back", Err: err}
+		return &Error{Kind: KindUnavailable, Code: CodeEngineUnavailable, Message: "the " + m.engineTitle() + " engine is unreachable (" + what + "); retry when it is back", Err: err}
 	}
 	return &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: what + " failed", Err: err}
+}
+
+// engineTitle is the runtime's name as a message says it ("Docker").
+func (m *deps) engineTitle() string {
+	n := m.rt.Name()
+	if n == "" {
+		return "container"
+	}
+	return strings.ToUpper(n[:1]) + n[1:]
 }
 
 // opError is the error of a failed engine operation: a 503 when the

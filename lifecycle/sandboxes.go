@@ -459,7 +459,7 @@ func (m *Sandboxes) view(rec *Record, c *runtime.Container) *Sandbox {
 	case c != nil:
 		sb.Status = status(c)
 		if c.FinishedAt.IsZero() {
-			// Docker's list has the creation time in whole seconds only.
+			// An engine's list may have the creation time in whole seconds only.
 			sb.Status.LastTransitionAt = rec.CreatedAt
 		}
 	}
