@@ -282,24 +282,16 @@ func (m *Expiry) reaperInterval() time.Duration {
 }
 
 // runActivityFlush persists activity every reaper interval until ctx
-// ends, and once more then: a replica that does not lead reaps nothing but
-// still records its sandboxes' use.
-func (m *Expiry) runActivityFlush(ctx context.Context) {
-	t := time.NewTicker(m.reaperInterval())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			m.persistActivity()
-			return
-		case <-t.C:
-			m.persistActivity()
-		}
-	}
-}
+// ends: a replica that does not lead reaps nothing but still records its
+// sandboxes' use.
+func (m *Expiry) runActivityFlush(ctx context.Context) { m.periodically(ctx, m.persistActivity) }
 
 // RunReaper sweeps every interval until ctx ends.
-func (m *Expiry) RunReaper(ctx context.Context) {
+func (m *Expiry) RunReaper(ctx context.Context) { m.periodically(ctx, func() { m.Sweep(ctx) }) }
+
+// periodically runs fn every reaper interval until ctx ends, then
+// persists activity a last time.
+func (m *Expiry) periodically(ctx context.Context, fn func()) {
 	t := time.NewTicker(m.reaperInterval())
 	defer t.Stop()
 	for {
@@ -308,7 +300,7 @@ func (m *Expiry) RunReaper(ctx context.Context) {
 			m.persistActivity()
 			return
 		case <-t.C:
-			m.Sweep(ctx)
+			fn()
 		}
 	}
 }

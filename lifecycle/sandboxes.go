@@ -619,16 +619,9 @@ func mergePatch(cur map[string]string, patch map[string]*string) map[string]stri
 
 // Pause freezes a running sandbox.
 func (m *Sandboxes) Pause(ctx context.Context, id string) error {
-	pauser, err := m.pauser()
+	pauser, rec, err := m.pauseTarget(ctx, id, runtime.StateRunning)
 	if err != nil {
 		return err
-	}
-	rec, c, err := m.ready(ctx, id)
-	if err != nil {
-		return err
-	}
-	if c.State != runtime.StateRunning {
-		return errf(KindConflict, CodeNotRunning, "Sandbox is not in a running state (it is %s).", status(&c).State)
 	}
 	m.paused.Store(id, true)
 	if err := pauser.Pause(ctx, rec.ContainerID); err != nil {
@@ -640,16 +633,9 @@ func (m *Sandboxes) Pause(ctx context.Context, id string) error {
 
 // Resume unfreezes a paused sandbox.
 func (m *Sandboxes) Resume(ctx context.Context, id string) error {
-	pauser, err := m.pauser()
+	pauser, rec, err := m.pauseTarget(ctx, id, runtime.StatePaused)
 	if err != nil {
 		return err
-	}
-	rec, c, err := m.ready(ctx, id)
-	if err != nil {
-		return err
-	}
-	if c.State != runtime.StatePaused {
-		return errf(KindConflict, CodeNotPaused, "Sandbox is not paused (it is %s).", status(&c).State)
 	}
 	if err := pauser.Unpause(ctx, rec.ContainerID); err != nil {
 		return m.opError(err, CodeResumeFailed, "resume sandbox "+id)
@@ -659,13 +645,23 @@ func (m *Sandboxes) Resume(ctx context.Context, id string) error {
 	return nil
 }
 
-// pauser is the runtime's pause, or the error of a runtime without one.
-func (m *Sandboxes) pauser() (runtime.Pauser, error) {
+// pauseTarget returns the runtime's pause and sandbox id, which must be in
+// state want (running to pause, paused to resume), or the error to answer.
+func (m *Sandboxes) pauseTarget(ctx context.Context, id string, want runtime.State) (runtime.Pauser, *Record, error) {
 	p, ok := m.rt.(runtime.Pauser)
 	if !ok {
-		return nil, m.unsupported("pause and resume are")
+		return nil, nil, m.unsupported("pause and resume are")
 	}
-	return p, nil
+	rec, c, err := m.ready(ctx, id)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case c.State == want:
+		return p, rec, nil
+	case want == runtime.StateRunning:
+		return nil, nil, errf(KindConflict, CodeNotRunning, "Sandbox is not in a running state (it is %s).", status(&c).State)
+	}
+	return nil, nil, errf(KindConflict, CodeNotPaused, "Sandbox is not paused (it is %s).", status(&c).State)
 }
 
 // ready returns a sandbox whose container exists.
