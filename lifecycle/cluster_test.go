@@ -99,11 +99,11 @@ func TestSecondRuntime(t *testing.T) {
 
 	// What the runtime lacks is not supported, in its own words.
 	err = e.m.Pause(ctx, sb.ID)
-	wantCode(t, err, KindNotImplemented, CodeAPINotSupported)
+	wantCode(t, err, KindInvalid, CodeAPINotSupported)
 	if !strings.Contains(err.Error(), "kubernetes") {
 		t.Errorf("pause error %q does not name the runtime", err)
 	}
-	wantCode(t, e.m.Resume(ctx, sb.ID), KindNotImplemented, CodeAPINotSupported)
+	wantCode(t, e.m.Resume(ctx, sb.ID), KindInvalid, CodeAPINotSupported)
 	_, err = e.m.CreateSnapshot(ctx, sb.ID, "s")
 	wantCode(t, err, KindNotImplemented, CodeSnapshotNotImpl)
 	host := validRequest()

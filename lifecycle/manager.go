@@ -174,8 +174,9 @@ func notFound(id string) error {
 }
 
 // unsupported is the answer to a call the runtime has no capability for.
+// It is upstream's SANDBOX::API_NOT_SUPPORTED, a 400 (reference §1.9).
 func (m *deps) unsupported(what string) error {
-	return errf(KindNotImplemented, CodeAPINotSupported, "%s not supported when runtime.type='%s'", what, m.rt.Name())
+	return errf(KindInvalid, CodeAPINotSupported, "%s not supported when runtime.type='%s'", what, m.rt.Name())
 }
 
 // ensureImage pulls an image where the runtime manages images; others
