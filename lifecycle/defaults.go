@@ -67,9 +67,8 @@ func capName(n string) string {
 	return strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(n)), "CAP_")
 }
 
-// scratchTmp is the /tmp of a read-only root. Docker mounts a tmpfs noexec
-// unless told otherwise; a code sandbox exists to run code, so /tmp
-// allows it.
+// scratchTmp is the /tmp of a read-only root. A tmpfs is noexec unless
+// told otherwise; a code sandbox exists to run code, so /tmp allows it.
 var scratchTmp = runtime.Tmpfs{Path: "/tmp", SizeBytes: 256 << 20, Exec: true}
 
 // sandboxSpec is the spec of a sandbox: the operator's defaults, then what

@@ -4,16 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/sandboxd/sandboxd/runtime"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // LogTail returns the last tail lines of a sandbox's output (since, if not
 // zero), at most maxBytes of them, and whether there was more: older lines,
 // or the start of what is returned.
-func (m *Manager) LogTail(ctx context.Context, id string, tail int, since time.Time, maxBytes int) (string, bool, error) {
+func (m *Sandboxes) LogTail(ctx context.Context, id string, tail int, since time.Time, maxBytes int) (string, bool, error) {
 	rc, err := m.Logs(ctx, id, tail+1, since) // one more line tells whether there were more
 	if err != nil {
 		return "", false, err
@@ -58,7 +59,7 @@ func readTail(r io.Reader, max int) ([]byte, bool, error) {
 // Events describes the state transitions the engine knows of a sandbox's
 // container (upstream's Docker "runtime" events: Docker keeps no event
 // history per container, so they are rebuilt from its state), one per line.
-func (m *Manager) Events(ctx context.Context, id string) ([]string, error) {
+func (m *Sandboxes) Events(ctx context.Context, id string) ([]string, error) {
 	_, c, err := m.ready(ctx, id)
 	if err != nil {
 		return nil, err

@@ -33,7 +33,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 type testEnv struct {
 	m     *Manager
 	rt    *runtimetest.Runtime
-	store *Store
+	store *BoltStore
 	clock *fakeClock
 	cfg   config.Config
 }

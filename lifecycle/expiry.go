@@ -32,6 +32,26 @@ import (
 // deadline that activity can move is reached. Nothing sandboxd does on its
 // own counts: GET, list, endpoints, metrics, health checks, reconciling.
 
+// Expiry is the service of deadlines: it keeps the activity not yet
+// persisted, and reaps sandboxes past their deadline.
+type Expiry struct {
+	*deps
+	sandboxes *Sandboxes // removes what is reaped
+	// afterSweep runs at the end of each sweep (the egress daemons'
+	// check, egress.go).
+	afterSweep func(ctx context.Context)
+
+	mu       sync.Mutex
+	activity map[string]time.Time // last activity by sandbox id, not yet persisted
+}
+
+// forget drops a removed sandbox's activity.
+func (m *Expiry) forget(id string) {
+	m.mu.Lock()
+	delete(m.activity, id)
+	m.mu.Unlock()
+}
+
 // expiry is a sandbox's current deadline.
 type expiry struct {
 	at     time.Time
@@ -40,7 +60,7 @@ type expiry struct {
 }
 
 // expiry returns a sandbox's deadline; false if it never expires.
-func (m *Manager) expiry(rec *Record) (expiry, bool) {
+func (m *Expiry) expiry(rec *Record) (expiry, bool) {
 	last := m.lastActivity(rec)
 	switch {
 	case rec.RenewOnAccess > 0:
@@ -63,7 +83,7 @@ func (m *Manager) expiry(rec *Record) (expiry, bool) {
 }
 
 // deadline is what expiresAt reports: nil if the sandbox never expires.
-func (m *Manager) deadline(rec *Record) *time.Time {
+func (m *Expiry) deadline(rec *Record) *time.Time {
 	e, ok := m.expiry(rec)
 	if !ok {
 		return nil
@@ -72,7 +92,7 @@ func (m *Manager) deadline(rec *Record) *time.Time {
 }
 
 // lastActivity is the newest of the persisted and in-memory activity times.
-func (m *Manager) lastActivity(rec *Record) time.Time {
+func (m *Expiry) lastActivity(rec *Record) time.Time {
 	m.mu.Lock()
 	t, ok := m.activity[rec.ID]
 	m.mu.Unlock()
@@ -84,8 +104,8 @@ func (m *Manager) lastActivity(rec *Record) time.Time {
 
 // LastActivity reports when a sandbox was last used: the time its idle
 // deadlines count from.
-func (m *Manager) LastActivity(id string) (time.Time, error) {
-	rec, err := m.record(id)
+func (m *Expiry) LastActivity(id string) (time.Time, error) {
+	rec, err := m.sandboxes.record(id)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -93,7 +113,7 @@ func (m *Manager) LastActivity(id string) (time.Time, error) {
 }
 
 // Touch records activity on a sandbox (cheap: persisted by the reaper).
-func (m *Manager) Touch(id string) {
+func (m *Expiry) Touch(id string) {
 	now := m.now()
 	m.mu.Lock()
 	m.activity[id] = now
@@ -103,7 +123,7 @@ func (m *Manager) Touch(id string) {
 // persistActivity writes in-memory activity times to the store, so
 // deadlines survive a restart to within one reaper period. An entry leaves
 // memory only once stored, so expiresAt never moves back meanwhile.
-func (m *Manager) persistActivity() {
+func (m *Expiry) persistActivity() {
 	m.mu.Lock()
 	pending := maps.Clone(m.activity)
 	m.mu.Unlock()
@@ -128,7 +148,7 @@ func (m *Manager) persistActivity() {
 
 // busy asks the sandbox's agent whether commands, sessions or terminals
 // are still running. It does not count as activity.
-func (m *Manager) busy(ctx context.Context, rec *Record) bool {
+func (m *Expiry) busy(ctx context.Context, rec *Record) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	// A paused or stopped sandbox runs nothing; asking its agent would
@@ -157,7 +177,7 @@ func (m *Manager) busy(ctx context.Context, rec *Record) bool {
 
 // Sweep reaps every sandbox past its deadline. One periodic sweep replaces
 // per-sandbox timers, so no expiry can be lost.
-func (m *Manager) Sweep(ctx context.Context) {
+func (m *Expiry) Sweep(ctx context.Context) {
 	m.metrics.ReaperRuns.Add(1)
 	m.persistActivity()
 	m.repairStuck(ctx)
@@ -187,7 +207,9 @@ func (m *Manager) Sweep(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-	m.sweepEgress(ctx)
+	if m.afterSweep != nil {
+		m.afterSweep(ctx)
+	}
 }
 
 // reapParallel bounds the sandboxes one sweep reaps at once.
@@ -195,7 +217,7 @@ const reapParallel = 8
 
 // reap removes a sandbox whose deadline has passed, unless running work
 // moves a deadline that activity can move.
-func (m *Manager) reap(ctx context.Context, rec *Record) {
+func (m *Expiry) reap(ctx context.Context, rec *Record) {
 	e, _ := m.expiry(rec)
 	if e.renews {
 		if m.busy(ctx, rec) {
@@ -212,7 +234,7 @@ func (m *Manager) reap(ctx context.Context, rec *Record) {
 	if e.idle {
 		reason = "idle"
 	}
-	if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
+	if err := m.sandboxes.destroy(ctx, rec, rec.ContainerID); err != nil {
 		m.log.Error("reaper: remove sandbox", "sandbox_id", rec.ID, "reason", reason, "err", err)
 		return
 	}
@@ -228,7 +250,7 @@ func (m *Manager) reap(ctx context.Context, rec *Record) {
 // that they can be resumed and removed again instead of leaking. Only a
 // pause from elsewhere (another client, or a sandboxd before a restart) can
 // leave one: this one never pauses while starting a process in a sandbox.
-func (m *Manager) repairStuck(ctx context.Context) {
+func (m *Expiry) repairStuck(ctx context.Context) {
 	rp, ok := m.rt.(runtime.Repairer)
 	if !ok {
 		return
@@ -251,13 +273,26 @@ func (m *Manager) repairStuck(ctx context.Context) {
 	}
 }
 
-// RunReaper sweeps every interval until ctx ends.
-func (m *Manager) RunReaper(ctx context.Context) {
-	interval := m.cfg.Lifecycle.ReaperInterval.Duration
-	if interval <= 0 {
-		interval = 5 * time.Second
+// reaperInterval is [lifecycle] reaper_interval, 5 s if unset.
+func (m *Expiry) reaperInterval() time.Duration {
+	if d := m.cfg.Lifecycle.ReaperInterval.Duration; d > 0 {
+		return d
 	}
-	t := time.NewTicker(interval)
+	return 5 * time.Second
+}
+
+// runActivityFlush persists activity every reaper interval until ctx
+// ends: a replica that does not lead reaps nothing but still records its
+// sandboxes' use.
+func (m *Expiry) runActivityFlush(ctx context.Context) { m.periodically(ctx, m.persistActivity) }
+
+// RunReaper sweeps every interval until ctx ends.
+func (m *Expiry) RunReaper(ctx context.Context) { m.periodically(ctx, func() { m.Sweep(ctx) }) }
+
+// periodically runs fn every reaper interval until ctx ends, then
+// persists activity a last time.
+func (m *Expiry) periodically(ctx context.Context, fn func()) {
+	t := time.NewTicker(m.reaperInterval())
 	defer t.Stop()
 	for {
 		select {
@@ -265,64 +300,7 @@ func (m *Manager) RunReaper(ctx context.Context) {
 			m.persistActivity()
 			return
 		case <-t.C:
-			m.Sweep(ctx)
+			fn()
 		}
 	}
-}
-
-// Reconcile brings the books in line with Docker after a start: it removes
-// half-created sandboxes and containers of this instance that have no
-// record, forgets records whose container is gone, settles interrupted
-// snapshots, then reaps what expired while sandboxd was down. It first
-// creates sandboxd's network if that is the one in use. The first
-// that succeeds makes the Manager serve (see life.go).
-func (m *Manager) Reconcile(ctx context.Context) error {
-	if err := m.ensureNetwork(ctx); err != nil {
-		return err
-	}
-	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
-	if err != nil {
-		return m.engineError(err, "list containers")
-	}
-	recs, err := m.store.Sandboxes()
-	if err != nil {
-		return err
-	}
-	byID := map[string]*Record{}
-	for _, r := range recs {
-		byID[r.ID] = r
-	}
-	seen := map[string]bool{}
-	adopted := 0
-	for _, c := range conts {
-		id := c.Labels[LabelID]
-		rec := byID[id]
-		if rec == nil && m.adoptPoolMember(ctx, c) {
-			continue
-		}
-		if rec == nil || rec.State != recordReady {
-			m.log.Warn("removing half-created sandbox container", "sandbox_id", id, "container", runtime.ShortID(c.ID))
-			if err := m.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-				m.log.Error("remove half-created container", "container", runtime.ShortID(c.ID), "err", err)
-			}
-			continue
-		}
-		seen[id] = true
-		adopted++
-	}
-	for _, r := range recs {
-		if seen[r.ID] {
-			continue
-		}
-		if r.State == recordReady {
-			m.log.Warn("sandbox container gone while sandboxd was down; forgetting it", "sandbox_id", r.ID)
-		}
-		_ = m.destroy(ctx, r, r.ContainerID)
-	}
-	m.reconcileSnapshots(ctx)
-	m.restoreEgress(ctx)
-	m.log.Info("reconciled with Docker", "adopted", adopted)
-	m.Sweep(ctx)
-	m.served()
-	return nil
 }

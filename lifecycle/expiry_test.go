@@ -250,7 +250,7 @@ func TestPersistActivity(t *testing.T) {
 	if want := created.Add(time.Minute); !rec.LastActivity.Equal(want) {
 		t.Errorf("persisted lastActivity = %v, want %v", rec.LastActivity, want)
 	}
-	if n := len(e.m.activity); n != 0 {
+	if n := len(e.m.Expiry.activity); n != 0 {
 		t.Errorf("%d activity entries left in memory", n)
 	}
 	if _, err := e.store.Sandbox("unknown-sandbox"); !errors.Is(err, errNoRecord) {
@@ -258,9 +258,9 @@ func TestPersistActivity(t *testing.T) {
 	}
 
 	// An older in-memory time never moves the persisted one back.
-	e.m.mu.Lock()
-	e.m.activity[sb.ID] = created
-	e.m.mu.Unlock()
+	e.m.Expiry.mu.Lock()
+	e.m.Expiry.activity[sb.ID] = created
+	e.m.Expiry.mu.Unlock()
 	e.m.persistActivity()
 	if rec, _ := e.store.Sandbox(sb.ID); !rec.LastActivity.Equal(created.Add(time.Minute)) {
 		t.Errorf("lastActivity moved back to %v", rec.LastActivity)

@@ -159,7 +159,7 @@ func FuzzCheckHostPath(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { store.Close() })
-	m := &Manager{cfg: cfg, store: store, rt: runtimetest.New(time.Now)}
+	m := &Sandboxes{deps: &deps{cfg: cfg, store: store, rt: runtimetest.New(time.Now)}}
 
 	for _, rel := range []string{"allowed", "allowed/new/dir", "allowed/escape", "allowed/escape/x", "allowed/state", "allowed/state/x", "allowed/../outside/y", "allowed//z", "allowed/", "outside/q", "alias", "alias/w", "allowed2"} {
 		f.Add("ROOT/" + rel)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // A Manager's life is ordered. Until the first reconcile has finished it
@@ -71,14 +73,14 @@ func notReady(phase, reason string) error {
 
 // begin admits one piece of work that Shutdown waits for; call done when
 // it ends. It fails unless the Manager serves.
-func (m *Manager) begin() (done func(), err error) {
-	m.life.mu.Lock()
-	defer m.life.mu.Unlock()
-	if err := notReady(m.life.state()); err != nil {
+func (l *life) begin() (done func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := notReady(l.state()); err != nil {
 		return nil, err
 	}
-	m.life.work.Add(1)
-	return m.life.work.Done, nil
+	l.work.Add(1)
+	return l.work.Done, nil
 }
 
 // served marks the end of the first reconcile.
@@ -93,31 +95,64 @@ func (m *Manager) served() {
 // Start reconciles with the engine in the background (retrying while it
 // is unreachable), then serves: it fills the warm pools and runs the
 // reaper until Shutdown.
+//
+// On a runtime shared by several replicas (runtime.Leadership) a replica
+// serves at once, since nothing it does at start can race its own
+// creates; it reconciles, reaps and fills pools only while it leads, and
+// flushes its sandboxes' activity all along (the leader's reaper reads it
+// from the shared records).
 func (m *Manager) Start() {
 	ctx, stop := context.WithCancel(context.Background())
 	m.life.mu.Lock()
 	m.life.stop, m.life.done = stop, make(chan struct{})
 	done := m.life.done
 	m.life.mu.Unlock()
+	leader, shared := m.rt.(runtime.Leadership)
 	go func() {
 		defer close(done)
-		for {
-			err := m.Reconcile(ctx)
-			if err == nil {
-				break
-			}
-			m.log.Error("reconcile with the engine failed; retrying", "in", m.life.retry, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(m.life.retry):
-			}
+		if !shared {
+			m.lead(ctx)
+			return
 		}
-		var pools sync.WaitGroup
-		pools.Go(func() { m.RunPools(ctx) })
-		m.RunReaper(ctx)
-		pools.Wait()
+		m.served()
+		var flush sync.WaitGroup
+		flush.Go(func() { m.runActivityFlush(ctx) })
+		defer flush.Wait()
+		for {
+			lctx, err := leader.Lead(ctx)
+			if err != nil {
+				return // ctx ended
+			}
+			m.log.Info("leading: reconciling, reaping and filling pools")
+			m.lead(lctx)
+			if ctx.Err() != nil {
+				return
+			}
+			m.log.Warn("leadership lost; waiting to lead again")
+		}
 	}()
+}
+
+// lead does the background work one sandboxd at a time may do, until ctx
+// ends: reconcile (retrying while the engine is unreachable), then the
+// pool fillers and the reaper.
+func (m *Manager) lead(ctx context.Context) {
+	for {
+		err := m.Reconcile(ctx)
+		if err == nil {
+			break
+		}
+		m.log.Error("reconcile with the engine failed; retrying", "in", m.life.retry, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(m.life.retry):
+		}
+	}
+	var pools sync.WaitGroup
+	pools.Go(func() { m.RunPools(ctx) })
+	m.RunReaper(ctx)
+	pools.Wait()
 }
 
 // Shutdown stops the Manager: it refuses new work, waits for the creates
@@ -161,4 +196,64 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		return errors.Join(ctx.Err(), err)
 	}
 	return err
+}
+
+// Reconcile brings the books in line with the engine after a start: it removes
+// half-created sandboxes and containers of this instance that have no
+// record, forgets records whose container is gone, settles interrupted
+// snapshots, then reaps what expired while sandboxd was down. It first
+// creates sandboxd's network if that is the one in use. The first
+// that succeeds makes the Manager serve (see life.go).
+func (m *Manager) Reconcile(ctx context.Context) error {
+	if err := m.ensureNetwork(ctx); err != nil {
+		return err
+	}
+	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
+	if err != nil {
+		return m.engineError(err, "list containers")
+	}
+	recs, err := m.store.Sandboxes()
+	if err != nil {
+		return err
+	}
+	byID := map[string]*Record{}
+	for _, r := range recs {
+		byID[r.ID] = r
+	}
+	seen := map[string]bool{}
+	adopted := 0
+	for _, c := range conts {
+		id := c.Labels[LabelID]
+		rec := byID[id]
+		if rec == nil && m.adoptPoolMember(ctx, c) {
+			continue
+		}
+		if m.creating(id) {
+			continue // a create in flight (a replica that leads later)
+		}
+		if rec == nil || rec.State != recordReady {
+			m.log.Warn("removing half-created sandbox container", "sandbox_id", id, "container", runtime.ShortID(c.ID))
+			if err := m.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				m.log.Error("remove half-created container", "container", runtime.ShortID(c.ID), "err", err)
+			}
+			continue
+		}
+		seen[id] = true
+		adopted++
+	}
+	for _, r := range recs {
+		if seen[r.ID] || m.creating(r.ID) {
+			continue
+		}
+		if r.State == recordReady {
+			m.log.Warn("sandbox container gone while sandboxd was down; forgetting it", "sandbox_id", r.ID)
+		}
+		_ = m.destroy(ctx, r, r.ContainerID)
+	}
+	m.reconcileSnapshots(ctx)
+	m.restoreEgress(ctx)
+	m.log.Info("reconciled with the engine", "adopted", adopted)
+	m.Sweep(ctx)
+	m.served()
+	return nil
 }

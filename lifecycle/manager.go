@@ -5,20 +5,12 @@ package lifecycle
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/config"
@@ -49,47 +41,51 @@ const (
 // is the header upstream execd uses for its access token.
 const TokenHeader = "X-EXECD-ACCESS-TOKEN"
 
-// Manager implements the lifecycle API on a Runtime.
+// Manager wires the lifecycle services over one runtime and store, and
+// orders their life (life.go). Each service owns its state and lock:
+//
+//   - Sandboxes: create, inspect, pause, delete, tokens and the way in.
+//   - Expiry: deadlines, activity and the reaper.
+//   - Pools: warm pools and their fillers.
+//   - Snapshots: snapshot records and commits.
+//
+// Egress policing (egress*.go) and file transfers (files.go, upload.go)
+// are served by the Manager itself, on the services' methods; they are
+// the places a further service plugs in. The services are embedded, so
+// the api layer calls their methods on the Manager.
 type Manager struct {
-	cfg      config.Config
-	defaults defaults
-	rt       runtime.Runtime
-	store    *Store
-	log      *slog.Logger
-	instance string
-	tokenKey []byte
-	now      func() time.Time
-
-	metrics *Metrics
-
-	pools *pools
-	life  life
+	*deps
+	*Sandboxes
+	*Expiry
+	*Pools
+	*Snapshots
 
 	egress        egressLinks
 	defaultPolicy *egress.Policy // [egress] default_policy
+}
 
-	mu       sync.Mutex
-	activity map[string]time.Time // last activity by sandbox id, not yet persisted
-
-	// paused holds the ids of sandboxes paused through sandboxd: their
-	// agent is frozen, so file transfers are refused instead of hanging.
-	paused sync.Map
+// deps is what every service holds: the runtime, the store, the clock,
+// the logger, the operator's settings and the shared life.
+type deps struct {
+	cfg      config.Config
+	defaults defaults
+	rt       runtime.Runtime
+	store    Store
+	log      *slog.Logger
+	instance string
+	now      func() time.Time
+	metrics  *Metrics
+	life     *life
 }
 
 // New returns a Manager. The instance id comes from the config or is made
 // once and kept in the store, so restarts adopt the same containers.
-func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) (*Manager, error) {
+func New(cfg config.Config, rt runtime.Runtime, store Store, log *slog.Logger) (*Manager, error) {
 	instance := cfg.Lifecycle.InstanceID
 	if instance == "" {
-		v, err := store.MetaString("instance-id")
+		v, err := store.InstanceID()
 		if err != nil {
 			return nil, err
-		}
-		if v == "" {
-			v = newID()[:8]
-			if err := store.SetMetaString("instance-id", v); err != nil {
-				return nil, err
-			}
 		}
 		instance = v
 	}
@@ -101,11 +97,16 @@ func New(cfg config.Config, rt runtime.Runtime, store *Store, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{
-		cfg: cfg, defaults: def, rt: rt, store: store, log: slog.New(requestIDHandler{log.Handler()}), instance: instance, tokenKey: key,
-		now: time.Now, activity: map[string]time.Time{}, metrics: newMetrics(),
-		life: life{phase: PhaseStarting, retry: reconcileRetry},
+	d := &deps{
+		cfg: cfg, defaults: def, rt: rt, store: store, log: slog.New(requestIDHandler{log.Handler()}), instance: instance,
+		now: time.Now, metrics: newMetrics(), life: &life{phase: PhaseStarting, retry: reconcileRetry},
 	}
+	m := &Manager{deps: d}
+	m.Sandboxes = &Sandboxes{deps: d, tokenKey: key, egress: m}
+	m.Expiry = &Expiry{deps: d, activity: map[string]time.Time{}, sandboxes: m.Sandboxes, afterSweep: m.sweepEgress}
+	m.Pools = &Pools{deps: d, byName: map[string]*pool{}, sandboxes: m.Sandboxes}
+	m.Snapshots = &Snapshots{deps: d, sandboxes: m.Sandboxes}
+	m.Sandboxes.deadlines, m.Sandboxes.warm = m.Expiry, m.Pools
 	if err := m.initEgress(); err != nil {
 		return nil, err
 	}
@@ -134,38 +135,34 @@ func newID() string {
 
 func containerName(id string) string { return "sandbox-" + id }
 
-// Token returns the access token for a sandbox: an HMAC of its id, so it
-// survives restarts without being stored, and never appears in labels.
-func (m *Manager) Token(id string) string {
-	mac := hmac.New(sha256.New, m.tokenKey)
-	mac.Write([]byte("sandbox-token:" + id))
-	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
-}
-
-// CheckToken reports whether tok opens sandbox id (constant time).
-func (m *Manager) CheckToken(id, tok string) bool {
-	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(m.Token(id))) == 1
-}
-
 // engineError turns a runtime failure into an API error.
-func (m *Manager) engineError(err error, what string) error {
+func (m *deps) engineError(err error, what string) error {
 	if _, ok := AsError(err); ok {
 		return err
 	}
 	if errors.Is(err, runtime.ErrContainerTimeout) {
 		// The engine answers, but is stuck on this one container:
 		// other sandboxes work, so the engine is not "unreachable".
-		return &Error{Kind: KindUnavailable, Code: CodeEngineTimeout, Message: "the Docker engine did not answer in time (" + what + ") though it answers for the others; retry later", Err: err}
+		return &Error{Kind: KindUnavailable, Code: CodeEngineTimeout, Message: "the " + m.engineTitle() + " engine did not answer in time (" + what + ") though it answers for the others; retry later", Err: err}
 	}
 	if errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-		return &Error{Kind: KindUnavailable, Code: CodeEngineUnavailable, Message: "the Docker engine is unreachable (" + what + "); retry when it is back", Err: err}
+		return &Error{Kind: KindUnavailable, Code: CodeEngineUnavailable, Message: "the " + m.engineTitle() + " engine is unreachable (" + what + "); retry when it is back", Err: err}
 	}
 	return &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: what + " failed", Err: err}
 }
 
+// engineTitle is the runtime's name as a message says it ("Docker").
+func (m *deps) engineTitle() string {
+	n := m.rt.Name()
+	if n == "" {
+		return "container"
+	}
+	return strings.ToUpper(n[:1]) + n[1:]
+}
+
 // opError is the error of a failed engine operation: a 503 when the
 // engine is unreachable, else code with the engine's reason.
-func (m *Manager) opError(err error, code, what string) error {
+func (m *deps) opError(err error, code, what string) error {
 	if e, ok := AsError(m.engineError(err, what)); ok && e.Kind == KindUnavailable {
 		return e
 	}
@@ -176,675 +173,17 @@ func notFound(id string) error {
 	return errf(KindNotFound, CodeSandboxNotFound, "sandbox %s not found", id)
 }
 
-// record returns a sandbox's record or a 404.
-func (m *Manager) record(id string) (*Record, error) {
-	r, err := m.store.Sandbox(id)
-	if errors.Is(err, errNoRecord) {
-		return nil, notFound(id)
-	}
-	if err != nil {
-		return nil, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read sandbox record", Err: err}
-	}
-	return r, nil
-}
-
-// Create validates a request and provisions the sandbox synchronously:
-// when it returns, the container runs and its endpoints resolve.
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
-	done, err := m.begin()
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	plan, err := m.plan(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	if sb, err := m.claim(ctx, plan); sb != nil || err != nil {
-		return sb, err
-	}
-	return m.provision(ctx, plan)
-}
-
-// createPlan is a validated create request.
-type createPlan struct {
-	rec      Record
-	spec     runtime.Spec
-	auth     *runtime.RegistryAuth
-	volumes  *preparedVolumes
-	fromPool string
-}
-
-func (m *Manager) plan(ctx context.Context, req CreateRequest) (*createPlan, error) {
-	unprocessable := func(msg string, loc ...string) error {
-		return &Error{Kind: KindUnprocessable, Code: CodeInvalidParameter, Message: msg, Field: append([]string{"body"}, loc...)}
-	}
-	poolRef, err := m.applyPoolRef(&req)
-	if err != nil {
-		return nil, err
-	}
-	hasImage := req.Image != nil
-	req.SnapshotID = strings.TrimSpace(req.SnapshotID)
-	if hasImage == (req.SnapshotID != "") {
-		return nil, unprocessable("exactly one of image and snapshotId is required")
-	}
-	if hasImage && strings.TrimSpace(req.Image.URI) == "" {
-		return nil, unprocessable("image.uri must not be empty", "image", "uri")
-	}
-	if req.Image != nil && req.Image.Auth != nil && (req.Image.Auth.Username == "" || req.Image.Auth.Password == "") {
-		return nil, unprocessable("image.auth needs username and password", "image", "auth")
-	}
-	if hasImage && len(req.Entrypoint) == 0 {
-		return nil, unprocessable("entrypoint is required with image (at least one element)", "entrypoint")
-	}
-	if req.Timeout != nil && *req.Timeout < 60 {
-		return nil, unprocessable("timeout must be at least 60 seconds (or null for manual cleanup)", "timeout")
-	}
-	renew, err := parseRenewOnAccess(req.Extensions)
-	if err != nil {
-		return nil, err
-	}
-	hard, err := m.defaults.parseHardening(req.Extensions)
-	if err != nil {
-		return nil, err
-	}
-	p := &createPlan{}
-	image := ""
-	if hasImage {
-		image = strings.TrimSpace(req.Image.URI)
-		if req.Image.Auth != nil {
-			p.auth = &runtime.RegistryAuth{Username: req.Image.Auth.Username, Password: req.Image.Auth.Password}
-		}
-	} else {
-		snap, err := m.store.Snapshot(req.SnapshotID)
-		if errors.Is(err, errNoRecord) {
-			return nil, errf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", req.SnapshotID)
-		}
-		if err != nil {
-			return nil, m.engineError(err, "read snapshot")
-		}
-		if snap.State != snapshotReady {
-			return nil, errf(KindConflict, CodeSnapshotNotReady, "snapshot %s is %s, not Ready", snap.ID, snap.State)
-		}
-		if snap.Image == "" {
-			return nil, errf(KindConflict, CodeSnapshotRestore, "snapshot %s has no image", snap.ID)
-		}
-		image = snap.Image
-		if len(req.Entrypoint) == 0 {
-			req.Entrypoint = []string{"tail", "-f", "/dev/null"}
-		}
-	}
-	if err := validateMetadata(req.Metadata, CodeInvalidMetadata); err != nil {
-		return nil, err
-	}
-	var platform *Platform
-	if req.Platform != nil {
-		pl := Platform{OS: strings.ToLower(req.Platform.OS), Arch: strings.ToLower(req.Platform.Arch)}
-		if pl.OS != "linux" {
-			return nil, errf(KindInvalid, CodeInvalidParameter, "platform.os %q is not supported: sandboxd runs linux sandboxes", req.Platform.OS)
-		}
-		if pl.Arch != "amd64" && pl.Arch != "arm64" {
-			return nil, errf(KindInvalid, CodeInvalidParameter, "platform.arch %q must be amd64 or arm64", req.Platform.Arch)
-		}
-		platform = &pl
-	}
-	max := m.cfg.Server.MaxSandboxTimeoutSeconds
-	if req.Timeout != nil && max > 0 && *req.Timeout > max {
-		return nil, errf(KindInvalid, CodeInvalidParameter, "timeout %d exceeds the server's max_sandbox_timeout_seconds (%d)", *req.Timeout, max)
-	}
-	if req.SecureAccess {
-		return nil, errf(KindInvalid, CodeInvalidParameter, "secureAccess is not supported when runtime.type='%s'", m.rt.Name())
-	}
-	if l := strings.TrimSpace(string(req.Lifecycle)); l != "" && l != "null" {
-		return nil, errf(KindInvalid, CodeInvalidParameter, "lifecycle hooks (preStart, periodic) are not supported when runtime.type='%s'", m.rt.Name())
-	}
-	policy, err := m.requestPolicy(req.NetworkPolicy)
-	if err != nil {
-		return nil, err
-	}
-	res, err := ParseResources(req.ResourceLimits, m.defaults.cpu, m.defaults.memory)
-	if err != nil {
-		return nil, err
-	}
-	if err := applyRequests(&res, req.ResourceRequests); err != nil {
-		return nil, err
-	}
-	env, err := buildEnv(req.Env)
-	if err != nil {
-		return nil, err
-	}
-	pv, err := m.prepareVolumes(ctx, req.Volumes)
-	if err != nil {
-		return nil, err
-	}
-	p.volumes = pv
-	id := newID()
-	now := wireTime(m.now())
-	p.rec = Record{
-		ID: id, State: recordCreating, CreatedAt: now, Metadata: req.Metadata,
-		Image: image, SnapshotID: req.SnapshotID, Platform: platform,
-		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: pv.managed,
-		IdleTimeout: int(m.cfg.Lifecycle.IdleTimeout.Seconds()), LastActivity: now,
-		ReadOnlyRootfs: hard.readOnlyRootfs,
-	}
-	if !hasImage {
-		p.rec.Image = ""
-	}
-	labels := map[string]string{}
-	for k, v := range req.Metadata {
-		labels[k] = v
-	}
-	labels[LabelID] = id
-	labels[LabelInstance] = m.instance
-	if req.Timeout != nil {
-		exp := now.Add(time.Duration(*req.Timeout) * time.Second)
-		p.rec.ExpiresAt = &exp
-		labels[LabelExpiresAt] = exp.Format(time.RFC3339Nano)
-	} else {
-		labels[LabelManualCleanup] = "true"
-	}
-	if platform != nil {
-		labels[LabelPlatformOS], labels[LabelPlatformArch] = platform.OS, platform.Arch
-	}
-	if req.SnapshotID != "" {
-		labels[LabelSnapshotID] = req.SnapshotID
-	}
-	if renew > 0 {
-		labels[LabelRenewExtend] = strconv.Itoa(renew)
-	}
-	p.spec = m.defaults.sandboxSpec(id, image, req.Entrypoint, env, labels, res, m.network(), pv.mounts, hard)
-	if platform != nil {
-		p.spec.Platform = platform.OS + "/" + platform.Arch
-	}
-	if err := m.planEgress(p, policy); err != nil {
-		return nil, err
-	}
-	if p.rec.NetworkPolicy == nil {
-		// Pool members are made without a policy's helper.
-		m.assignPool(poolRef, p)
-	}
-	return p, nil
-}
-
-func buildEnv(env map[string]*string) ([]string, error) {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var out []string
-	for _, k := range keys {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, errf(KindInvalid, CodeInvalidParameter, "env key %q is not a valid variable name", k)
-		}
-		v := env[k]
-		if v == nil {
-			continue
-		}
-		if strings.Contains(*v, "\x00") {
-			return nil, errf(KindInvalid, CodeInvalidParameter, "env %s contains a NUL byte", k)
-		}
-		out = append(out, k+"="+*v)
-	}
-	return out, nil
-}
-
-// provision runs a plan: pull, record, create, start.
-func (m *Manager) provision(ctx context.Context, p *createPlan) (*Sandbox, error) {
-	id := p.rec.ID
-	log := m.log.With("sandbox_id", id)
-	start := m.now()
-	if err := m.ensureImage(ctx, p.spec.Image, p.auth, p.spec.Platform, func(line string) {
-		log.InfoContext(ctx, "pulling image", "image", p.spec.Image, "progress", line)
-	}); err != nil {
-		m.metrics.CreateFailures.Add(1)
-		m.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
-		if e, ok := AsError(m.engineError(err, "")); ok && e.Kind == KindUnavailable {
-			return nil, e
-		}
-		return nil, &Error{Kind: KindInternal, Code: CodeImagePullFailed, Message: fmt.Sprintf("image %s is not available and could not be pulled: %v", p.spec.Image, err), Err: err}
-	}
-	if err := m.store.PutSandbox(&p.rec); err != nil {
-		m.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
-		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: "record sandbox", Err: err}
-	}
-	fail := func(err error, what string) (*Sandbox, error) {
-		m.metrics.CreateFailures.Add(1)
-		log.ErrorContext(ctx, "create failed", "step", what, "err", err)
-		m.destroy(context.WithoutCancel(ctx), &p.rec, p.rec.ContainerID)
-		m.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
-		if e := mountRefusal(err); e != nil {
-			return nil, e
-		}
-		if e, ok := AsError(m.engineError(err, what)); ok && (e.Kind == KindUnavailable || e.Code == CodeStartFailed) {
-			return nil, e
-		}
-		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: fmt.Sprintf("%s: %v", what, err), Err: err}
-	}
-	cid, err := m.rt.Create(ctx, p.spec)
-	if err != nil {
-		return fail(err, "create container")
-	}
-	p.rec.ContainerID = cid
-	if err := m.detachEgress(ctx, p); err != nil {
-		return fail(err, "start egress helper")
-	}
-	if err := m.rt.Start(ctx, cid); err != nil {
-		return fail(err, "start container")
-	}
-	waitEgress := m.startEgress(ctx, p)
-	agentErr := m.awaitAgent(ctx, &p.rec)
-	egressErr := waitEgress()
-	if agentErr != nil {
-		return fail(agentErr, "start sandbox")
-	}
-	if egressErr != nil {
-		return fail(egressErr, "start egress helper")
-	}
-	p.rec.State = recordReady
-	if err := m.store.PutSandbox(&p.rec); err != nil {
-		return fail(err, "record sandbox")
-	}
-	m.metrics.Creates.Add(1)
-	m.metrics.CreateSeconds.Observe(m.now().Sub(start))
-	log.InfoContext(ctx, "sandbox created", "image", p.spec.Image, "container", runtime.ShortID(cid), "duration_ms", m.now().Sub(start).Milliseconds())
-	sb := m.view(&p.rec, nil)
-	sb.Status = Status{State: "Running", Reason: "CONTAINER_RUNNING", Message: "Sandbox container started successfully.", LastTransitionAt: p.rec.CreatedAt}
-	return sb, nil
-}
-
-// destroy removes a sandbox's container, managed volumes and record.
-func (m *Manager) destroy(ctx context.Context, rec *Record, cid string) error {
-	if cid == "" {
-		cid = containerName(rec.ID)
-	}
-	if err := m.rt.Remove(ctx, cid); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-		return err
-	}
-	if err := m.removeEgress(ctx, rec); err != nil {
-		return err
-	}
-	m.removeVolumes(ctx, rec.ManagedVolumes)
-	m.mu.Lock()
-	delete(m.activity, rec.ID)
-	m.mu.Unlock()
-	m.paused.Delete(rec.ID)
-	if err := m.store.DeleteSandbox(rec.ID); err != nil && !errors.Is(err, errNoRecord) {
-		return err
-	}
-	return nil
-}
-
-// status maps a container's engine state to the API's (reference §1.5.3).
-func status(c *runtime.Container) Status {
-	last := c.Created
-	if !c.FinishedAt.IsZero() {
-		last = c.FinishedAt
-	}
-	last = wireTime(last)
-	switch c.State {
-	case runtime.StatePaused:
-		return Status{"Paused", "CONTAINER_PAUSED", "Sandbox container is paused.", last}
-	case runtime.StateRestarting:
-		return Status{"Running", "CONTAINER_RESTARTING", "Sandbox container is restarting.", last}
-	case runtime.StateRunning:
-		return Status{"Running", "CONTAINER_RUNNING", "Sandbox container is running.", last}
-	case runtime.StateCreated:
-		return Status{"Pending", "CONTAINER_STARTING", "Sandbox container is starting.", last}
-	case runtime.StateExited, runtime.StateDead:
-		if c.OOMKilled {
-			return Status{"Failed", "CONTAINER_OOM_KILLED", fmt.Sprintf("Sandbox container was killed for exceeding its memory limit (exit code %d).", c.ExitCode), last}
-		}
-		if c.ExitCode == 0 {
-			return Status{"Terminated", "CONTAINER_EXITED", "Sandbox container exited.", last}
-		}
-		return Status{"Failed", "CONTAINER_EXITED_ERROR", fmt.Sprintf("Sandbox container exited with code %d.", c.ExitCode), last}
-	}
-	return Status{"Unknown", "CONTAINER_STATE_UNKNOWN", "Sandbox container state is " + c.State.String() + ".", last}
-}
-
-// view builds the API object from a record and (if known) its container.
-func (m *Manager) view(rec *Record, c *runtime.Container) *Sandbox {
-	sb := &Sandbox{
-		ID: rec.ID, SnapshotID: rec.SnapshotID, Platform: rec.Platform,
-		Metadata: rec.Metadata, Entrypoint: rec.Entrypoint, CreatedAt: rec.CreatedAt,
-	}
-	if rec.Image != "" {
-		sb.Image = &ImageSpec{URI: rec.Image}
-	}
-	if sb.Entrypoint == nil {
-		sb.Entrypoint = []string{}
-	}
-	if len(sb.Metadata) == 0 {
-		sb.Metadata = nil
-	}
-	if d := m.deadline(rec); d != nil {
-		t := wireTime(*d)
-		sb.ExpiresAt = &t
-	}
-	switch {
-	case rec.State == recordCreating:
-		sb.Status = Status{"Pending", "CONTAINER_STARTING", "Sandbox is being created.", rec.CreatedAt}
-	case c != nil:
-		sb.Status = status(c)
-		if c.FinishedAt.IsZero() {
-			// Docker's list has the creation time in whole seconds only.
-			sb.Status.LastTransitionAt = rec.CreatedAt
-		}
-	}
-	return sb
-}
-
-// Get returns one sandbox.
-func (m *Manager) Get(ctx context.Context, id string) (*Sandbox, error) {
-	rec, err := m.record(id)
-	if err != nil {
-		return nil, err
-	}
-	if rec.State == recordCreating {
-		return m.view(rec, nil), nil
-	}
-	c, err := m.inspect(ctx, rec)
-	if err != nil {
-		return nil, err
-	}
-	return m.view(rec, &c), nil
-}
-
-// inspect returns a ready sandbox's container; a container removed behind
-// sandboxd's back makes the sandbox gone (404) and drops its record.
-func (m *Manager) inspect(ctx context.Context, rec *Record) (runtime.Container, error) {
-	c, err := m.rt.Inspect(ctx, rec.ContainerID)
-	if errors.Is(err, runtime.ErrNotFound) {
-		m.log.WarnContext(ctx, "sandbox container vanished; forgetting sandbox", "sandbox_id", rec.ID)
-		_ = m.destroy(ctx, rec, rec.ContainerID)
-		return c, notFound(rec.ID)
-	}
-	if err != nil {
-		return c, m.engineError(err, "inspect sandbox "+rec.ID)
-	}
-	return c, nil
-}
-
-// List returns a filtered, paginated list, newest first.
-func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Sandbox, Page, error) {
-	recs, err := m.store.Sandboxes()
-	if err != nil {
-		return nil, Page{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read sandbox records", Err: err}
-	}
-	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
-	if err != nil {
-		return nil, Page{}, m.engineError(err, "list sandboxes")
-	}
-	byID := map[string]*runtime.Container{}
-	for i := range conts {
-		byID[conts[i].Labels[LabelID]] = &conts[i]
-	}
-	var items []*Sandbox
-	for _, rec := range recs {
-		c := byID[rec.ID]
-		if rec.State == recordReady && c == nil {
-			continue // vanished; Get or the reaper forgets it
-		}
-		if c != nil && c.State.Stopped() {
-			// The list summary lacks the exit code and OOM flag.
-			if full, err := m.rt.Inspect(ctx, c.ID); err == nil {
-				c = &full
-			}
-		}
-		sb := m.view(rec, c)
-		if !matchFilter(sb, f) {
-			continue
-		}
-		items = append(items, sb)
-	}
-	slices.SortFunc(items, func(a, b *Sandbox) int {
-		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return paginate(items, f.Page, f.PageSize)
-}
-
-func matchFilter(sb *Sandbox, f ListFilter) bool {
-	if len(f.States) > 0 && !slices.ContainsFunc(f.States, func(s string) bool { return strings.EqualFold(s, sb.Status.State) }) {
-		return false
-	}
-	for k, v := range f.Metadata {
-		if got, ok := sb.Metadata[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
-}
-
-// Delete kills and removes a sandbox.
-func (m *Manager) Delete(ctx context.Context, id string) error {
-	rec, err := m.record(id)
-	if err != nil {
-		return err
-	}
-	if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
-		return m.opError(err, CodeDeleteFailed, "delete sandbox "+id)
-	}
-	m.metrics.Deletes.Add(1)
-	m.log.InfoContext(ctx, "sandbox deleted", "sandbox_id", id)
-	return nil
-}
-
-// PatchMetadata applies an RFC 7396 merge patch to the user metadata.
-func (m *Manager) PatchMetadata(ctx context.Context, id string, patch map[string]*string) (*Sandbox, error) {
-	set := map[string]string{}
-	for k, v := range patch {
-		if strings.HasPrefix(k, reservedPrefix) {
-			return nil, errf(KindInvalid, CodeReservedMetadata, "metadata key %q uses the reserved prefix %q", k, reservedPrefix)
-		}
-		if v != nil {
-			set[k] = *v
-		}
-	}
-	if err := validateMetadata(set, CodeReservedMetadata); err != nil {
-		return nil, err
-	}
-	if _, err := m.record(id); err != nil {
-		return nil, err
-	}
-	_, err := m.store.UpdateSandbox(id, func(r *Record) error {
-		md := mergePatch(r.Metadata, patch)
-		if len(md) > maxMetadataEntries {
-			return errf(KindInvalid, CodeInvalidMetadata, "metadata would have %d entries, at most %d allowed", len(md), maxMetadataEntries)
-		}
-		r.Metadata = md
-		return nil
-	})
-	if errors.Is(err, errNoRecord) {
-		return nil, notFound(id)
-	}
-	if err != nil {
-		if _, ok := AsError(err); ok {
-			return nil, err
-		}
-		return nil, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "update metadata", Err: err}
-	}
-	return m.Get(ctx, id)
-}
-
-// mergePatch applies a flat RFC 7396 merge patch: a value sets, null deletes.
-func mergePatch(cur map[string]string, patch map[string]*string) map[string]string {
-	out := make(map[string]string, len(cur)+len(patch))
-	for k, v := range cur {
-		out[k] = v
-	}
-	for k, v := range patch {
-		if v == nil {
-			delete(out, k)
-		} else {
-			out[k] = *v
-		}
-	}
-	return out
-}
-
-// Pause freezes a running sandbox.
-func (m *Manager) Pause(ctx context.Context, id string) error {
-	pauser, err := m.pauser()
-	if err != nil {
-		return err
-	}
-	rec, c, err := m.ready(ctx, id)
-	if err != nil {
-		return err
-	}
-	if c.State != runtime.StateRunning {
-		return errf(KindConflict, CodeNotRunning, "Sandbox is not in a running state (it is %s).", status(&c).State)
-	}
-	m.paused.Store(id, true)
-	if err := pauser.Pause(ctx, rec.ContainerID); err != nil {
-		m.paused.Delete(id)
-		return m.opError(err, CodePauseFailed, "pause sandbox "+id)
-	}
-	return nil
-}
-
-// Resume unfreezes a paused sandbox.
-func (m *Manager) Resume(ctx context.Context, id string) error {
-	pauser, err := m.pauser()
-	if err != nil {
-		return err
-	}
-	rec, c, err := m.ready(ctx, id)
-	if err != nil {
-		return err
-	}
-	if c.State != runtime.StatePaused {
-		return errf(KindConflict, CodeNotPaused, "Sandbox is not paused (it is %s).", status(&c).State)
-	}
-	if err := pauser.Unpause(ctx, rec.ContainerID); err != nil {
-		return m.opError(err, CodeResumeFailed, "resume sandbox "+id)
-	}
-	m.paused.Delete(id)
-	m.Touch(id)
-	return nil
-}
-
-// pauser is the runtime's pause, or the error of a runtime without one.
-func (m *Manager) pauser() (runtime.Pauser, error) {
-	p, ok := m.rt.(runtime.Pauser)
-	if !ok {
-		return nil, m.unsupported("pause and resume are")
-	}
-	return p, nil
-}
-
 // unsupported is the answer to a call the runtime has no capability for.
-func (m *Manager) unsupported(what string) error {
-	return errf(KindNotImplemented, CodeAPINotSupported, "%s not supported when runtime.type='%s'", what, m.rt.Name())
+// It is upstream's SANDBOX::API_NOT_SUPPORTED, a 400 (reference §1.9).
+func (m *deps) unsupported(what string) error {
+	return errf(KindInvalid, CodeAPINotSupported, "%s not supported when runtime.type='%s'", what, m.rt.Name())
 }
 
 // ensureImage pulls an image where the runtime manages images; others
 // fetch it on Create.
-func (m *Manager) ensureImage(ctx context.Context, ref string, auth *runtime.RegistryAuth, platform string, progress func(string)) error {
+func (m *deps) ensureImage(ctx context.Context, ref string, auth *runtime.RegistryAuth, platform string, progress func(string)) error {
 	if im, ok := m.rt.(runtime.Images); ok {
 		return im.EnsureImage(ctx, ref, auth, platform, progress)
 	}
 	return nil
-}
-
-// ready returns a sandbox whose container exists.
-func (m *Manager) ready(ctx context.Context, id string) (*Record, runtime.Container, error) {
-	rec, err := m.record(id)
-	if err != nil {
-		return nil, runtime.Container{}, err
-	}
-	if rec.State != recordReady {
-		return nil, runtime.Container{}, errf(KindConflict, CodeNotRunning, "sandbox %s is still being created", id)
-	}
-	c, err := m.inspect(ctx, rec)
-	return rec, c, err
-}
-
-// Renew sets a new absolute expiry. It returns the sandbox's resulting
-// deadline, what GET reports: an idle timeout can make it earlier than at,
-// renew on access later.
-func (m *Manager) Renew(ctx context.Context, id string, at time.Time) (time.Time, error) {
-	rec, err := m.record(id)
-	if err != nil {
-		return time.Time{}, err
-	}
-	now := m.now()
-	if !at.After(now) {
-		return time.Time{}, errf(KindInvalid, CodeInvalidExpiration, "New expiration time must be in the future.")
-	}
-	if rec.ExpiresAt == nil {
-		return time.Time{}, errf(KindConflict, CodeInvalidExpiration, "Sandbox %s does not have automatic expiration enabled.", id)
-	}
-	if max := m.cfg.Server.MaxSandboxTimeoutSeconds; max > 0 && at.Sub(now) > time.Duration(max)*time.Second {
-		return time.Time{}, errf(KindInvalid, CodeInvalidExpiration, "New expiration time is more than max_sandbox_timeout_seconds (%d) from now.", max)
-	}
-	at = wireTime(at)
-	rec, err = m.store.UpdateSandbox(id, func(r *Record) error {
-		r.ExpiresAt = &at
-		return nil
-	})
-	if err != nil {
-		return time.Time{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "persist renewal", Err: err}
-	}
-	m.Touch(id)
-	exp := wireTime(*m.deadline(rec))
-	m.log.InfoContext(ctx, "sandbox renewed", "sandbox_id", id, "expires_at", exp)
-	return exp, nil
-}
-
-// Endpoint returns where port of sandbox id is reached: always through
-// sandboxd's proxy route on the host the client used (or eip), with the
-// sandbox's token in headers.
-func (m *Manager) Endpoint(ctx context.Context, id string, port int, requestHost string) (*Endpoint, error) {
-	if port < 1 || port > 65535 {
-		return nil, errf(KindInvalid, CodeInvalidPort, "port %d must be between 1 and 65535", port)
-	}
-	if _, err := m.record(id); err != nil {
-		return nil, err
-	}
-	host := requestHost
-	if eip := m.cfg.Server.EIP; eip != "" {
-		host = strings.TrimPrefix(strings.TrimPrefix(eip, "https://"), "http://")
-		host = strings.TrimSuffix(host, "/")
-	}
-	return &Endpoint{
-		Endpoint: fmt.Sprintf("%s/sandboxes/%s/proxy/%d", host, id, port),
-		Headers:  map[string]string{TokenHeader: m.Token(id)},
-	}, nil
-}
-
-// Transport returns a RoundTripper to the agent of a running sandbox, for
-// the proxy route. Each call counts as activity.
-func (m *Manager) Transport(ctx context.Context, id string) (http.RoundTripper, error) {
-	rec, err := m.record(id)
-	if err != nil {
-		return nil, err
-	}
-	if rec.State != recordReady {
-		return nil, errf(KindConflict, CodeNotRunning, "sandbox %s is still being created", id)
-	}
-	m.Touch(id)
-	rt, err := m.rt.Agent(ctx, rec.ContainerID)
-	if err == nil {
-		return rt, nil
-	}
-	if errors.Is(err, runtime.ErrNotFound) {
-		_, ierr := m.inspect(ctx, rec)
-		return nil, ierr
-	}
-	if errors.Is(err, runtime.ErrContainerTimeout) {
-		return nil, m.engineError(err, "start the agent of sandbox "+id)
-	}
-	if errors.Is(err, runtime.ErrConflict) {
-		c, ierr := m.inspect(ctx, rec)
-		if ierr != nil {
-			return nil, ierr
-		}
-		return nil, errf(KindConflict, CodeNotRunning, "sandbox %s is %s; its agent cannot run", id, status(&c).State)
-	}
-	return nil, &Error{Kind: KindUnavailable, Code: CodeAgentFailed, Message: "cannot reach the agent in sandbox " + id, Err: err}
 }

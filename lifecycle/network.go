@@ -16,7 +16,7 @@ const LabelNetwork = "io.sandboxd.network"
 
 // network is the network of new sandboxes: the configured one ("bridge"
 // is the engine's default network), else sandboxd's isolated network.
-func (m *Manager) network() runtime.Network {
+func (m *deps) network() runtime.Network {
 	switch n := m.defaults.network; n {
 	case "":
 		return runtime.Network{Mode: runtime.NetworkIsolated, Name: DefaultNetwork}

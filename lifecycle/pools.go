@@ -20,9 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"regexp"
 	"slices"
 	"sort"
@@ -98,7 +96,7 @@ type Pool struct {
 }
 
 // pool is one pool's definition and state. Fields below mu are guarded by
-// pools.mu.
+// Pools.mu.
 type pool struct {
 	name       string
 	spec       PoolSpec
@@ -130,8 +128,12 @@ func (p *pool) kick() {
 	}
 }
 
-// pools is the Manager's set of pools.
-type pools struct {
+// Pools is the service of warm pools: their definitions, idle members and
+// fillers.
+type Pools struct {
+	*deps
+	sandboxes *Sandboxes // plans members, views claimed sandboxes
+
 	mu     sync.Mutex
 	byName map[string]*pool
 	ctx    context.Context // RunPools' context; nil until it runs
@@ -149,8 +151,7 @@ type storedPool struct {
 // initPools defines the pools of the config file, then those created
 // through the API before a restart. A bad config pool is an error; a stored
 // pool that no longer validates is dropped with a log line.
-func (m *Manager) initPools() error {
-	m.pools = &pools{byName: map[string]*pool{}}
+func (m *Pools) initPools() error {
 	now := wireTime(m.now())
 	for i, c := range m.cfg.Pools {
 		spec := PoolSpec{Image: c.Image, Entrypoint: c.Entrypoint, ResourceLimits: c.ResourceLimits, Env: c.Env}
@@ -160,7 +161,7 @@ func (m *Manager) initPools() error {
 			return fmt.Errorf("config pool[%d] %q: %w", i, c.Name, err)
 		}
 		p.configured = true
-		m.pools.byName[p.name] = p
+		m.byName[p.name] = p
 	}
 	raw, err := m.store.MetaString(metaPools)
 	if err != nil || raw == "" {
@@ -171,7 +172,7 @@ func (m *Manager) initPools() error {
 		return fmt.Errorf("read stored pools: %w", err)
 	}
 	for _, s := range stored {
-		if m.pools.byName[s.Name] != nil {
+		if m.byName[s.Name] != nil {
 			m.log.Warn("pool created through the API is now defined in the config file; the config wins", "pool", s.Name)
 			continue
 		}
@@ -180,7 +181,7 @@ func (m *Manager) initPools() error {
 			m.log.Error("dropping stored pool that no longer validates", "pool", s.Name, "err", err)
 			continue
 		}
-		m.pools.byName[p.name] = p
+		m.byName[p.name] = p
 	}
 	return nil
 }
@@ -188,7 +189,7 @@ func (m *Manager) initPools() error {
 // newPool validates a pool. Its member spec is what a create request with
 // the pool's image, entrypoint, resources and env plans, so that such a
 // request matches the pool exactly.
-func (m *Manager) newPool(name string, spec PoolSpec, capacity PoolCapacity, created time.Time) (*pool, error) {
+func (m *Pools) newPool(name string, spec PoolSpec, capacity PoolCapacity, created time.Time) (*pool, error) {
 	if err := capacity.validate(); err != nil {
 		return nil, err
 	}
@@ -199,7 +200,7 @@ func (m *Manager) newPool(name string, spec PoolSpec, capacity PoolCapacity, cre
 	if len(spec.Entrypoint) == 0 {
 		spec.Entrypoint = []string{"tail", "-f", "/dev/null"}
 	}
-	plan, err := m.plan(context.Background(), spec.request())
+	plan, err := m.sandboxes.plan(context.Background(), spec.request())
 	if err != nil {
 		e, ok := AsError(err)
 		if !ok {
@@ -258,15 +259,15 @@ func specKey(s runtime.Spec) string {
 // come from the pool (the request's are ignored: SDKs always send defaults),
 // and what a container made in advance cannot honour is refused. It returns
 // the pool's name, or "" without a poolRef.
-func (m *Manager) applyPoolRef(req *CreateRequest) (string, error) {
+func (m *Pools) applyPoolRef(req *CreateRequest) (string, error) {
 	ref, ok := req.Extensions[ExtPoolRef]
 	if !ok {
 		return "", nil
 	}
 	ref = strings.TrimSpace(ref)
-	m.pools.mu.Lock()
-	p := m.pools.byName[ref]
-	m.pools.mu.Unlock()
+	m.mu.Lock()
+	p := m.byName[ref]
+	m.mu.Unlock()
 	if p == nil {
 		return "", errf(KindInvalid, CodeUnsupportedPoolRef, "extensions.poolRef %q: no such pool", ref)
 	}
@@ -288,17 +289,17 @@ func (m *Manager) applyPoolRef(req *CreateRequest) (string, error) {
 
 // assignPool sets the pool a plan is served from: the one it named, else
 // the first (by name) whose members are exactly the container it plans.
-func (m *Manager) assignPool(ref string, p *createPlan) {
+func (m *Pools) assignPool(ref string, p *createPlan) {
 	if ref == "" {
 		key := specKey(p.spec)
-		m.pools.mu.Lock()
-		for _, name := range slices.Sorted(maps.Keys(m.pools.byName)) {
-			if m.pools.byName[name].key == key {
+		m.mu.Lock()
+		for _, name := range slices.Sorted(maps.Keys(m.byName)) {
+			if m.byName[name].key == key {
 				ref = name
 				break
 			}
 		}
-		m.pools.mu.Unlock()
+		m.mu.Unlock()
 	}
 	p.fromPool = ref
 	p.rec.Pool = ref
@@ -307,13 +308,13 @@ func (m *Manager) assignPool(ref string, p *createPlan) {
 // claim serves a plan from its pool. It returns nil (and the caller creates
 // the sandbox cold) when the plan names no pool, its pool has no idle
 // member, or the plan asks for another container than the pool makes.
-func (m *Manager) claim(ctx context.Context, p *createPlan) (*Sandbox, error) {
+func (m *Pools) claim(ctx context.Context, p *createPlan) (*Sandbox, error) {
 	if p.fromPool == "" {
 		return nil, nil
 	}
 	key := specKey(p.spec)
 	for {
-		mem, ok := m.pools.take(p.fromPool, key)
+		mem, ok := m.take(p.fromPool, key)
 		if !ok {
 			return nil, nil
 		}
@@ -334,7 +335,7 @@ func (m *Manager) claim(ctx context.Context, p *createPlan) (*Sandbox, error) {
 		m.metrics.Creates.Add(1)
 		m.metrics.CreateSeconds.Observe(m.now().Sub(start))
 		m.log.InfoContext(ctx, "sandbox created from pool", "sandbox_id", rec.ID, "pool", p.fromPool, "container", runtime.ShortID(mem.cid))
-		sb := m.view(&rec, nil)
+		sb := m.sandboxes.view(&rec, nil)
 		sb.Status = Status{State: "Running", Reason: "CONTAINER_RUNNING", Message: "Sandbox container started successfully.", LastTransitionAt: rec.CreatedAt}
 		return sb, nil
 	}
@@ -342,7 +343,7 @@ func (m *Manager) claim(ctx context.Context, p *createPlan) (*Sandbox, error) {
 
 // take hands out the oldest idle member of pool name if its members match
 // key, and wakes the pool's filler.
-func (ps *pools) take(name, key string) (poolMember, bool) {
+func (ps *Pools) take(name, key string) (poolMember, bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	p := ps.byName[name]
@@ -357,7 +358,7 @@ func (ps *pools) take(name, key string) (poolMember, bool) {
 
 // removeMember removes a member's container (by id, or by name when its
 // creation failed before an id was known).
-func (m *Manager) removeMember(ctx context.Context, ref string) {
+func (m *Pools) removeMember(ctx context.Context, ref string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	if err := m.rt.Remove(ctx, ref); err != nil && !errors.Is(err, runtime.ErrNotFound) {
@@ -368,12 +369,12 @@ func (m *Manager) removeMember(ctx context.Context, ref string) {
 // adoptPoolMember handles a container found at start without a record. It
 // reports false if the container is no pool member; a member whose pool is
 // gone, changed or full is removed.
-func (m *Manager) adoptPoolMember(ctx context.Context, c runtime.Container) bool {
+func (m *Pools) adoptPoolMember(ctx context.Context, c runtime.Container) bool {
 	name := c.Labels[LabelPool]
 	if name == "" {
 		return false
 	}
-	ps := m.pools
+	ps := m
 	ps.mu.Lock()
 	p := ps.byName[name]
 	keep := p != nil && c.State == runtime.StateRunning && c.Labels[LabelPoolRevision] == p.revision &&
@@ -393,8 +394,8 @@ func (m *Manager) adoptPoolMember(ctx context.Context, c runtime.Container) bool
 
 // RunPools fills the pools and keeps them filled until ctx ends. Run it
 // after Reconcile, which adopts the members left by an earlier run.
-func (m *Manager) RunPools(ctx context.Context) {
-	ps := m.pools
+func (m *Pools) RunPools(ctx context.Context) {
+	ps := m
 	ps.mu.Lock()
 	ps.ctx = ctx
 	for _, p := range ps.byName {
@@ -405,9 +406,9 @@ func (m *Manager) RunPools(ctx context.Context) {
 	ps.wg.Wait()
 }
 
-// startFiller starts p's filler if RunPools runs; the caller holds pools.mu.
-func (m *Manager) startFiller(p *pool) {
-	ps := m.pools
+// startFiller starts p's filler if RunPools runs; the caller holds Pools.mu.
+func (m *Pools) startFiller(p *pool) {
+	ps := m
 	if ps.ctx == nil || ps.ctx.Err() != nil {
 		return
 	}
@@ -423,13 +424,13 @@ func (m *Manager) startFiller(p *pool) {
 
 // fill keeps p at its target until ctx ends: it creates the missing members
 // a few at a time, backs off after failures, and checks the idle ones.
-func (m *Manager) fill(ctx context.Context, p *pool) {
+func (m *Pools) fill(ctx context.Context, p *pool) {
 	m.checkPool(ctx, p)
 	check := time.NewTicker(poolCheckInterval)
 	defer check.Stop()
 	var retry time.Duration
 	for {
-		if n := m.pools.reserve(p); n > 0 {
+		if n := m.reserve(p); n > 0 {
 			errs := make(chan error, n)
 			for range n {
 				go func() { errs <- m.addMember(ctx, p) }()
@@ -467,7 +468,7 @@ func (m *Manager) fill(ctx context.Context, p *pool) {
 
 // reserve counts up to poolFillParallel members of p as being created and
 // returns how many.
-func (ps *pools) reserve(p *pool) int {
+func (ps *Pools) reserve(p *pool) int {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if p.removed {
@@ -484,9 +485,9 @@ func (ps *pools) reserve(p *pool) int {
 // addMember makes one member of p: create, start, start the agent and wait
 // for its answer. A member no longer wanted when it is ready (the pool was
 // deleted or shrunk meanwhile) is removed.
-func (m *Manager) addMember(ctx context.Context, p *pool) error {
+func (m *Pools) addMember(ctx context.Context, p *pool) error {
 	mem, err := m.makeMember(ctx, p)
-	ps := m.pools
+	ps := m
 	ps.mu.Lock()
 	p.creating--
 	wanted := err == nil && !p.removed && len(p.idle)+p.creating < p.target()
@@ -500,7 +501,7 @@ func (m *Manager) addMember(ctx context.Context, p *pool) error {
 	return err
 }
 
-func (m *Manager) makeMember(ctx context.Context, p *pool) (mem poolMember, err error) {
+func (m *Pools) makeMember(ctx context.Context, p *pool) (mem poolMember, err error) {
 	mem.id = newID()
 	spec := p.tmpl
 	spec.Name = containerName(mem.id)
@@ -529,38 +530,11 @@ func (m *Manager) makeMember(ctx context.Context, p *pool) (mem poolMember, err 
 	return mem, nil
 }
 
-// pingAgent starts a container's agent and waits until it answers.
-func (m *Manager) pingAgent(ctx context.Context, cid string) error {
-	return m.agentGet(ctx, cid, "/ping")
-}
-
-// agentGet starts a container's agent and waits until it answers GET path
-// with 200.
-func (m *Manager) agentGet(ctx context.Context, cid, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	rt, err := m.rt.Agent(ctx, cid)
-	if err != nil {
-		return err
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+path, nil)
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		return fmt.Errorf("agent %s: %w", path, err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("agent %s: status %d", path, resp.StatusCode)
-	}
-	return nil
-}
-
 // checkPool drops the idle members whose container stopped or vanished,
 // and makes sure the others' agents run (members adopted after a restart
 // have none yet).
-func (m *Manager) checkPool(ctx context.Context, p *pool) {
-	ps := m.pools
+func (m *Pools) checkPool(ctx context.Context, p *pool) {
+	ps := m
 	ps.mu.Lock()
 	idle := slices.Clone(p.idle)
 	ps.mu.Unlock()
@@ -595,7 +569,7 @@ func (m *Manager) checkPool(ctx context.Context, p *pool) {
 }
 
 // CreatePool defines a pool through the API; it fills in the background.
-func (m *Manager) CreatePool(ctx context.Context, name string, spec PoolSpec, capacity PoolCapacity) (*Pool, error) {
+func (m *Pools) CreatePool(ctx context.Context, name string, spec PoolSpec, capacity PoolCapacity) (*Pool, error) {
 	if !poolName.MatchString(name) || len(name) > 253 {
 		return nil, errf(KindInvalid, CodePoolInvalid, "pool name %q must be lowercase alphanumerics and '-' (a Kubernetes resource name)", name)
 	}
@@ -603,7 +577,7 @@ func (m *Manager) CreatePool(ctx context.Context, name string, spec PoolSpec, ca
 	if err != nil {
 		return nil, err
 	}
-	ps := m.pools
+	ps := m
 	ps.mu.Lock()
 	if ps.byName[name] != nil {
 		ps.mu.Unlock()
@@ -620,12 +594,12 @@ func (m *Manager) CreatePool(ctx context.Context, name string, spec PoolSpec, ca
 }
 
 // ListPools returns every pool, by name.
-func (m *Manager) ListPools(ctx context.Context) ([]*Pool, error) {
+func (m *Pools) ListPools(ctx context.Context) ([]*Pool, error) {
 	allocated, err := m.allocated()
 	if err != nil {
 		return nil, err
 	}
-	ps := m.pools
+	ps := m
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	out := make([]*Pool, 0, len(ps.byName))
@@ -636,12 +610,12 @@ func (m *Manager) ListPools(ctx context.Context) ([]*Pool, error) {
 }
 
 // GetPool returns one pool.
-func (m *Manager) GetPool(ctx context.Context, name string) (*Pool, error) {
+func (m *Pools) GetPool(ctx context.Context, name string) (*Pool, error) {
 	allocated, err := m.allocated()
 	if err != nil {
 		return nil, err
 	}
-	ps := m.pools
+	ps := m
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	p := ps.byName[name]
@@ -654,11 +628,11 @@ func (m *Manager) GetPool(ctx context.Context, name string) (*Pool, error) {
 // UpdatePool changes a pool's capacity; idle members beyond the new target
 // are removed before it returns. A pool of the config file changes until the
 // next restart.
-func (m *Manager) UpdatePool(ctx context.Context, name string, capacity PoolCapacity) (*Pool, error) {
+func (m *Pools) UpdatePool(ctx context.Context, name string, capacity PoolCapacity) (*Pool, error) {
 	if err := capacity.validate(); err != nil {
 		return nil, err
 	}
-	ps := m.pools
+	ps := m
 	ps.mu.Lock()
 	p := ps.byName[name]
 	if p == nil {
@@ -683,8 +657,8 @@ func (m *Manager) UpdatePool(ctx context.Context, name string, capacity PoolCapa
 
 // DeletePool removes a pool and its idle members; sandboxes already claimed
 // from it live on.
-func (m *Manager) DeletePool(ctx context.Context, name string) error {
-	ps := m.pools
+func (m *Pools) DeletePool(ctx context.Context, name string) error {
+	ps := m
 	ps.mu.Lock()
 	p := ps.byName[name]
 	if p == nil {
@@ -710,7 +684,7 @@ func (m *Manager) DeletePool(ctx context.Context, name string) error {
 	return nil
 }
 
-func (m *Manager) removeMembers(ctx context.Context, members []poolMember) {
+func (m *Pools) removeMembers(ctx context.Context, members []poolMember) {
 	var wg sync.WaitGroup
 	for _, mem := range members {
 		wg.Go(func() { m.removeMember(ctx, mem.cid) })
@@ -722,7 +696,7 @@ func poolNotFound(name string) error {
 	return errf(KindNotFound, CodePoolNotFound, "pool %s not found", name)
 }
 
-// view is the API object of p; the caller holds pools.mu.
+// view is the API object of p; the caller holds Pools.mu.
 func (p *pool) view(allocated int) *Pool {
 	return &Pool{
 		Name: p.name, CapacitySpec: p.capacity, CreatedAt: p.createdAt,
@@ -734,7 +708,7 @@ func (p *pool) view(allocated int) *Pool {
 }
 
 // allocated counts the live sandboxes claimed from each pool.
-func (m *Manager) allocated() (map[string]int, error) {
+func (m *Pools) allocated() (map[string]int, error) {
 	recs, err := m.store.Sandboxes()
 	if err != nil {
 		return nil, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read sandbox records", Err: err}
@@ -749,8 +723,8 @@ func (m *Manager) allocated() (map[string]int, error) {
 }
 
 // savePools persists the pools created through the API.
-func (m *Manager) savePools() error {
-	ps := m.pools
+func (m *Pools) savePools() error {
+	ps := m
 	ps.saveMu.Lock()
 	defer ps.saveMu.Unlock()
 	ps.mu.Lock()

@@ -33,13 +33,13 @@ func busyboxPool(name string, size int) config.Pool {
 // filler would.
 func (e *testEnv) fillPool(t *testing.T, name string) {
 	t.Helper()
-	e.m.pools.mu.Lock()
-	p := e.m.pools.byName[name]
-	e.m.pools.mu.Unlock()
+	e.m.Pools.mu.Lock()
+	p := e.m.Pools.byName[name]
+	e.m.Pools.mu.Unlock()
 	if p == nil {
 		t.Fatalf("no pool %s", name)
 	}
-	for n := e.m.pools.reserve(p); n > 0; n = e.m.pools.reserve(p) {
+	for n := e.m.Pools.reserve(p); n > 0; n = e.m.Pools.reserve(p) {
 		for range n {
 			if err := e.m.addMember(context.Background(), p); err != nil {
 				t.Fatalf("add member to pool %s: %v", name, err)
@@ -132,9 +132,9 @@ func TestPoolMembersHidden(t *testing.T) {
 	if len(list) != 0 {
 		t.Errorf("List shows %d idle pool members", len(list))
 	}
-	e.m.pools.mu.Lock()
-	idle := slices.Clone(e.m.pools.byName["warm"].idle)
-	e.m.pools.mu.Unlock()
+	e.m.Pools.mu.Lock()
+	idle := slices.Clone(e.m.Pools.byName["warm"].idle)
+	e.m.Pools.mu.Unlock()
 	for _, mem := range idle {
 		_, err := e.m.Get(ctx, mem.id)
 		wantCode(t, err, KindNotFound, CodeSandboxNotFound)
@@ -249,9 +249,9 @@ func TestPoolMatchWithoutRef(t *testing.T) {
 func TestPoolClaimSkipsDeadMember(t *testing.T) {
 	e := poolEnv(t, busyboxPool("warm", 2))
 	e.fillPool(t, "warm")
-	e.m.pools.mu.Lock()
-	first := e.m.pools.byName["warm"].idle[0]
-	e.m.pools.mu.Unlock()
+	e.m.Pools.mu.Lock()
+	first := e.m.Pools.byName["warm"].idle[0]
+	e.m.Pools.mu.Unlock()
 	e.rt.Set(t, first.cid, func(c *runtime.Container) { c.State = runtime.StateExited })
 	req := validRequest()
 	req.Extensions = map[string]string{ExtPoolRef: "warm"}
@@ -267,10 +267,10 @@ func TestPoolClaimSkipsDeadMember(t *testing.T) {
 func TestPoolCheckReplacesDeadMembers(t *testing.T) {
 	e := poolEnv(t, busyboxPool("warm", 2))
 	e.fillPool(t, "warm")
-	e.m.pools.mu.Lock()
-	p := e.m.pools.byName["warm"]
+	e.m.Pools.mu.Lock()
+	p := e.m.Pools.byName["warm"]
 	dead := p.idle[1]
-	e.m.pools.mu.Unlock()
+	e.m.Pools.mu.Unlock()
 	e.rt.Set(t, dead.cid, func(c *runtime.Container) { c.State = runtime.StateExited })
 	e.m.checkPool(context.Background(), p)
 	if st := e.poolStatus(t, "warm"); st.Available != 1 {

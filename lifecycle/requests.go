@@ -2,13 +2,12 @@ package lifecycle
 
 import "strings"
 
-// applyRequests maps resourceRequests (upstream 1.1; Kubernetes' resource
-// requests) onto what Docker has for them, as the kubelet does on its
-// cgroups: a CPU request becomes the container's CPU weight (1024 shares
-// per CPU), a memory request its memory reservation, the soft limit the
-// kernel reclaims down to under memory pressure. A request above its limit
-// is refused, as Kubernetes does; other keys are ignored, like those of
-// resourceLimits.
+// applyRequests reads resourceRequests (upstream 1.1; Kubernetes' resource
+// requests) into res: what the sandbox is guaranteed, which the runtime
+// applies (Docker as the kubelet does on its cgroups: a CPU weight of 1024
+// shares per CPU, a memory reservation the kernel reclaims down to under
+// pressure). A request above its limit is refused, as Kubernetes does;
+// other keys are ignored, like those of resourceLimits.
 func applyRequests(res *Resources, requests map[string]string) error {
 	if v := strings.TrimSpace(requests["cpu"]); v != "" {
 		n, ok := ParseCPU(v)

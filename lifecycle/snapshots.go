@@ -18,6 +18,13 @@ const (
 	snapshotFailed   = "Failed"
 )
 
+// Snapshots is the service of snapshots: their records and the commits
+// that make them.
+type Snapshots struct {
+	*deps
+	sandboxes *Sandboxes // the sandboxes snapshotted
+}
+
 // snapshotImage is the image a snapshot is committed to (upstream's name).
 func snapshotImage(id string) string { return "opensandbox-snapshots:" + id }
 
@@ -29,12 +36,12 @@ func snapshotView(r *SnapshotRecord) *Snapshot {
 }
 
 // CreateSnapshot commits a running sandbox's filesystem in the background.
-func (m *Manager) CreateSnapshot(ctx context.Context, sandboxID, name string) (*Snapshot, error) {
+func (m *Snapshots) CreateSnapshot(ctx context.Context, sandboxID, name string) (*Snapshot, error) {
 	images, ok := m.rt.(runtime.Images)
 	if !ok {
 		return nil, errf(KindNotImplemented, CodeSnapshotNotImpl, "snapshots are not supported when runtime.type='%s'", m.rt.Name())
 	}
-	done, err := m.begin()
+	done, err := m.life.begin()
 	if err != nil {
 		return nil, err
 	}
@@ -56,8 +63,8 @@ func (m *Manager) CreateSnapshot(ctx context.Context, sandboxID, name string) (*
 
 // recordSnapshot records a snapshot of a running sandbox as being created;
 // it returns the record and the sandbox's container.
-func (m *Manager) recordSnapshot(ctx context.Context, sandboxID, name string) (*SnapshotRecord, string, error) {
-	rec, c, err := m.ready(ctx, sandboxID)
+func (m *Snapshots) recordSnapshot(ctx context.Context, sandboxID, name string) (*SnapshotRecord, string, error) {
+	rec, c, err := m.sandboxes.ready(ctx, sandboxID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -78,7 +85,7 @@ func (m *Manager) recordSnapshot(ctx context.Context, sandboxID, name string) (*
 }
 
 // settleSnapshot records the outcome of a commit.
-func (m *Manager) settleSnapshot(id string, err error, reasonPrefix string) {
+func (m *Snapshots) settleSnapshot(id string, err error, reasonPrefix string) {
 	_, uerr := m.store.UpdateSnapshot(id, func(r *SnapshotRecord) error {
 		r.UpdatedAt = wireTime(m.now())
 		if err != nil {
@@ -96,7 +103,7 @@ func (m *Manager) settleSnapshot(id string, err error, reasonPrefix string) {
 }
 
 // reconcileSnapshots settles snapshots interrupted by a restart.
-func (m *Manager) reconcileSnapshots(ctx context.Context) {
+func (m *Snapshots) reconcileSnapshots(ctx context.Context) {
 	images, ok := m.rt.(runtime.Images)
 	if !ok {
 		return // no snapshot can have been started
@@ -123,7 +130,7 @@ func (m *Manager) reconcileSnapshots(ctx context.Context) {
 }
 
 // GetSnapshot returns one snapshot.
-func (m *Manager) GetSnapshot(id string) (*Snapshot, error) {
+func (m *Snapshots) GetSnapshot(id string) (*Snapshot, error) {
 	s, err := m.store.Snapshot(id)
 	if errors.Is(err, errNoRecord) {
 		return nil, errf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", id)
@@ -143,7 +150,7 @@ type SnapshotFilter struct {
 }
 
 // ListSnapshots lists snapshots newest first.
-func (m *Manager) ListSnapshots(f SnapshotFilter) ([]*Snapshot, Page, error) {
+func (m *Snapshots) ListSnapshots(f SnapshotFilter) ([]*Snapshot, Page, error) {
 	snaps, err := m.store.Snapshots()
 	if err != nil {
 		return nil, Page{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read snapshots", Err: err}
@@ -173,7 +180,7 @@ func paginate[T any](items []T, page, size int) ([]T, Page, error) {
 }
 
 // DeleteSnapshot removes a snapshot and its image.
-func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
+func (m *Snapshots) DeleteSnapshot(ctx context.Context, id string) error {
 	s, err := m.store.Snapshot(id)
 	if errors.Is(err, errNoRecord) {
 		return errf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", id)
@@ -198,7 +205,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
 }
 
 // Logs returns the sandbox container's output.
-func (m *Manager) Logs(ctx context.Context, id string, tail int, since time.Time) (io.ReadCloser, error) {
+func (m *Sandboxes) Logs(ctx context.Context, id string, tail int, since time.Time) (io.ReadCloser, error) {
 	rec, _, err := m.ready(ctx, id)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +25,7 @@ const (
 // instead of answering Running to a sandbox that cannot run anything. An
 // agent that fails for another reason is retried by the first request, as
 // before.
-func (m *Manager) awaitAgent(ctx context.Context, rec *Record) error {
+func (m *Sandboxes) awaitAgent(ctx context.Context, rec *Record) error {
 	err := m.agentGet(ctx, rec.ContainerID, "/_sandboxd/started")
 	if err == nil {
 		return nil
@@ -49,7 +51,7 @@ func (m *Manager) awaitAgent(ctx context.Context, rec *Record) error {
 }
 
 // startupLog returns the last lines of a container's output, bounded.
-func (m *Manager) startupLog(ctx context.Context, cid string) string {
+func (m *Sandboxes) startupLog(ctx context.Context, cid string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rc, err := m.rt.Logs(ctx, cid, startupLogLines, time.Time{})
@@ -68,4 +70,31 @@ func quoteArgv(argv []string) string {
 		q[i] = strconv.Quote(a)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// pingAgent starts a container's agent and waits until it answers.
+func (m *deps) pingAgent(ctx context.Context, cid string) error {
+	return m.agentGet(ctx, cid, "/ping")
+}
+
+// agentGet starts a container's agent and waits until it answers GET path
+// with 200.
+func (m *deps) agentGet(ctx context.Context, cid, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rt, err := m.rt.Agent(ctx, cid)
+	if err != nil {
+		return err
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+path, nil)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return fmt.Errorf("agent %s: %w", path, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("agent %s: status %d", path, resp.StatusCode)
+	}
+	return nil
 }

@@ -14,12 +14,41 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
-// Store is the durable state that container labels cannot hold: renewed
-// expiry, patched metadata, creation progress and snapshot records. It is a
-// bbolt file in the state directory, so a kill -9 loses nothing committed.
-type Store struct {
+// Store is the durable state that sandbox labels cannot hold: renewed
+// expiry, patched metadata, activity, creation progress, snapshot records,
+// pools defined through the API and the secrets tokens derive from. A
+// read of a missing record is errNoRecord; fn's error in an update is
+// returned as is, nothing written.
+type Store interface {
+	// InstanceID is this sandboxd's instance id, made once and kept.
+	InstanceID() (string, error)
+	// Secret is a random secret of this name, made once and kept.
+	Secret(name string) ([]byte, error)
+	MetaString(key string) (string, error) // "" if absent
+	SetMetaString(key, value string) error
+
+	PutSandbox(r *Record) error
+	Sandbox(id string) (*Record, error)
+	Sandboxes() ([]*Record, error)
+	UpdateSandbox(id string, fn func(*Record) error) (*Record, error)
+	DeleteSandbox(id string) error
+
+	PutSnapshot(r *SnapshotRecord) error
+	Snapshot(id string) (*SnapshotRecord, error)
+	Snapshots() ([]*SnapshotRecord, error)
+	UpdateSnapshot(id string, fn func(*SnapshotRecord) error) (*SnapshotRecord, error)
+	DeleteSnapshot(id string) error
+
+	Close() error
+}
+
+// BoltStore is the Store of one sandboxd: a bbolt file in the state
+// directory, so a kill -9 loses nothing committed.
+type BoltStore struct {
 	db *bolt.DB
 }
+
+var _ Store = (*BoltStore)(nil)
 
 var (
 	bucketSandboxes = []byte("sandboxes")
@@ -85,7 +114,7 @@ var storeLockTimeout = 2 * time.Second
 
 // OpenStore opens (creating if needed) the store in dir. Only one process
 // may hold it: a second sandboxd on the same state directory fails fast.
-func OpenStore(dir string) (*Store, error) {
+func OpenStore(dir string) (*BoltStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir %s: %w", dir, err)
 	}
@@ -106,16 +135,16 @@ func OpenStore(dir string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("init store: %w", err)
 	}
-	return &Store{db: db}, nil
+	return &BoltStore{db: db}, nil
 }
 
 // Close closes the store.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *BoltStore) Close() error { return s.db.Close() }
 
 // Secret returns the store's random secret of the given name, creating it
 // on first use. Per-sandbox tokens are derived from it, so they survive a
 // restart without being stored anywhere.
-func (s *Store) Secret(name string) ([]byte, error) {
+func (s *BoltStore) Secret(name string) ([]byte, error) {
 	var secret []byte
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketMeta)
@@ -135,8 +164,18 @@ func (s *Store) Secret(name string) ([]byte, error) {
 	return secret, nil
 }
 
+// InstanceID implements Store: 8 random hex digits, made on first use.
+func (s *BoltStore) InstanceID() (string, error) {
+	v, err := s.MetaString("instance-id")
+	if err != nil || v != "" {
+		return v, err
+	}
+	v = newID()[:8]
+	return v, s.SetMetaString("instance-id", v)
+}
+
 // MetaString reads a string value from the meta bucket ("" if absent).
-func (s *Store) MetaString(key string) (string, error) {
+func (s *BoltStore) MetaString(key string) (string, error) {
 	var v string
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v = string(tx.Bucket(bucketMeta).Get([]byte(key)))
@@ -146,7 +185,7 @@ func (s *Store) MetaString(key string) (string, error) {
 }
 
 // SetMetaString writes a string value into the meta bucket.
-func (s *Store) SetMetaString(key, value string) error {
+func (s *BoltStore) SetMetaString(key, value string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put([]byte(key), []byte(value))
 	})
@@ -154,7 +193,7 @@ func (s *Store) SetMetaString(key, value string) error {
 
 var errNoRecord = errors.New("no such record")
 
-func put[T any](s *Store, bucket []byte, id string, v *T) error {
+func put[T any](s *BoltStore, bucket []byte, id string, v *T) error {
 	buf, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -164,7 +203,7 @@ func put[T any](s *Store, bucket []byte, id string, v *T) error {
 	})
 }
 
-func get[T any](s *Store, bucket []byte, id string) (*T, error) {
+func get[T any](s *BoltStore, bucket []byte, id string) (*T, error) {
 	var v *T
 	err := s.db.View(func(tx *bolt.Tx) error {
 		buf := tx.Bucket(bucket).Get([]byte(id))
@@ -177,7 +216,7 @@ func get[T any](s *Store, bucket []byte, id string) (*T, error) {
 	return v, err
 }
 
-func all[T any](s *Store, bucket []byte) ([]*T, error) {
+func all[T any](s *BoltStore, bucket []byte) ([]*T, error) {
 	var out []*T
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).ForEach(func(_, buf []byte) error {
@@ -192,14 +231,14 @@ func all[T any](s *Store, bucket []byte) ([]*T, error) {
 	return out, err
 }
 
-func del(s *Store, bucket []byte, id string) error {
+func del(s *BoltStore, bucket []byte, id string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).Delete([]byte(id))
 	})
 }
 
 // update applies fn to a record atomically (read-modify-write in one transaction).
-func update[T any](s *Store, bucket []byte, id string, fn func(*T) error) (*T, error) {
+func update[T any](s *BoltStore, bucket []byte, id string, fn func(*T) error) (*T, error) {
 	var v *T
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket)
@@ -224,39 +263,39 @@ func update[T any](s *Store, bucket []byte, id string, fn func(*T) error) (*T, e
 }
 
 // PutSandbox writes a sandbox record.
-func (s *Store) PutSandbox(r *Record) error { return put(s, bucketSandboxes, r.ID, r) }
+func (s *BoltStore) PutSandbox(r *Record) error { return put(s, bucketSandboxes, r.ID, r) }
 
 // Sandbox reads a sandbox record.
-func (s *Store) Sandbox(id string) (*Record, error) { return get[Record](s, bucketSandboxes, id) }
+func (s *BoltStore) Sandbox(id string) (*Record, error) { return get[Record](s, bucketSandboxes, id) }
 
 // Sandboxes reads every sandbox record.
-func (s *Store) Sandboxes() ([]*Record, error) { return all[Record](s, bucketSandboxes) }
+func (s *BoltStore) Sandboxes() ([]*Record, error) { return all[Record](s, bucketSandboxes) }
 
 // UpdateSandbox modifies a sandbox record atomically.
-func (s *Store) UpdateSandbox(id string, fn func(*Record) error) (*Record, error) {
+func (s *BoltStore) UpdateSandbox(id string, fn func(*Record) error) (*Record, error) {
 	return update(s, bucketSandboxes, id, fn)
 }
 
 // DeleteSandbox removes a sandbox record.
-func (s *Store) DeleteSandbox(id string) error { return del(s, bucketSandboxes, id) }
+func (s *BoltStore) DeleteSandbox(id string) error { return del(s, bucketSandboxes, id) }
 
 // PutSnapshot writes a snapshot record.
-func (s *Store) PutSnapshot(r *SnapshotRecord) error { return put(s, bucketSnapshots, r.ID, r) }
+func (s *BoltStore) PutSnapshot(r *SnapshotRecord) error { return put(s, bucketSnapshots, r.ID, r) }
 
 // Snapshot reads a snapshot record.
-func (s *Store) Snapshot(id string) (*SnapshotRecord, error) {
+func (s *BoltStore) Snapshot(id string) (*SnapshotRecord, error) {
 	return get[SnapshotRecord](s, bucketSnapshots, id)
 }
 
 // Snapshots reads every snapshot record.
-func (s *Store) Snapshots() ([]*SnapshotRecord, error) {
+func (s *BoltStore) Snapshots() ([]*SnapshotRecord, error) {
 	return all[SnapshotRecord](s, bucketSnapshots)
 }
 
 // UpdateSnapshot modifies a snapshot record atomically.
-func (s *Store) UpdateSnapshot(id string, fn func(*SnapshotRecord) error) (*SnapshotRecord, error) {
+func (s *BoltStore) UpdateSnapshot(id string, fn func(*SnapshotRecord) error) (*SnapshotRecord, error) {
 	return update(s, bucketSnapshots, id, fn)
 }
 
 // DeleteSnapshot removes a snapshot record.
-func (s *Store) DeleteSnapshot(id string) error { return del(s, bucketSnapshots, id) }
+func (s *BoltStore) DeleteSnapshot(id string) error { return del(s, bucketSnapshots, id) }

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-func openTestStore(t *testing.T, dir string) *Store {
+func openTestStore(t *testing.T, dir string) *BoltStore {
 	t.Helper()
 	s, err := OpenStore(dir)
 	if err != nil {

@@ -17,7 +17,7 @@ const LabelVolumeManaged = "opensandbox.io/volume-managed-by"
 // (symlinks, the allow-list, the engine's own paths) by the runtime,
 // which knows the filesystem of the engine's host. It returns the mount
 // to make, with the resolved path and the checked prefix it lies in.
-func (m *Manager) checkHostPath(ctx context.Context, name, p string) (runtime.Mount, error) {
+func (m *Sandboxes) checkHostPath(ctx context.Context, name, p string) (runtime.Mount, error) {
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.Contains(p, "\x00") {
 		return runtime.Mount{}, errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q must be absolute and normalised (no '..', '//' or trailing '/')", name, p)
 	}
@@ -61,7 +61,7 @@ type preparedVolumes struct {
 
 // prepareVolumes validates the requested volumes, creating named volumes as
 // needed. On error it removes the volumes it created.
-func (m *Manager) prepareVolumes(ctx context.Context, vols []Volume) (*preparedVolumes, error) {
+func (m *Sandboxes) prepareVolumes(ctx context.Context, vols []Volume) (*preparedVolumes, error) {
 	pv := &preparedVolumes{}
 	if err := m.addVolumes(ctx, vols, pv); err != nil {
 		m.removeVolumes(context.WithoutCancel(ctx), pv.created)
@@ -72,7 +72,7 @@ func (m *Manager) prepareVolumes(ctx context.Context, vols []Volume) (*preparedV
 
 // removeVolumes removes named volumes, logging failures. Only a runtime
 // with volumes can have made them.
-func (m *Manager) removeVolumes(ctx context.Context, names []string) {
+func (m *Sandboxes) removeVolumes(ctx context.Context, names []string) {
 	vols, ok := m.rt.(runtime.Volumes)
 	if !ok {
 		return
@@ -84,7 +84,7 @@ func (m *Manager) removeVolumes(ctx context.Context, names []string) {
 	}
 }
 
-func (m *Manager) addVolumes(ctx context.Context, vols []Volume, pv *preparedVolumes) error {
+func (m *Sandboxes) addVolumes(ctx context.Context, vols []Volume, pv *preparedVolumes) error {
 	seen := map[string]bool{}
 	for _, v := range vols {
 		if err := validateVolumeShape(v, seen); err != nil {

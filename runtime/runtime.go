@@ -180,10 +180,11 @@ type Records interface {
 	// record lives and dies with its sandbox.
 	PutRecord(ctx context.Context, name string, data []byte) error
 	// Record returns the record of sandbox name (ErrNotFound if there is
-	// no such sandbox or it carries no record).
+	// no such sandbox, it is being removed, or it carries no record).
 	Record(ctx context.Context, name string) ([]byte, error)
 	// Records returns the records of the sandboxes carrying all of labels
-	// (as List), by sandbox name; sandboxes without one are left out.
+	// (as List), by sandbox name; sandboxes without one, or being
+	// removed, are left out.
 	Records(ctx context.Context, labels map[string]string) (map[string][]byte, error)
 	// UpdateRecord replaces the record of sandbox name with fn(current)
 	// atomically against other replicas (compare-and-swap, retried with a

@@ -162,7 +162,7 @@ func serve(args []string) error {
 		store.Close()
 		return err
 	}
-	mgr, err := newManager(ctx, cfg, rt, store, log)
+	mgr, err := newManager(ctx, cfg, rt, lifecycle.StoreFor(rt, store), log)
 	if err != nil {
 		rt.Close()
 		store.Close()
@@ -218,7 +218,7 @@ func listenAndServe(ctx context.Context, cfg config.Config, mgr *lifecycle.Manag
 }
 
 // newManager checks the engine's storage driver and builds the Manager.
-func newManager(ctx context.Context, cfg config.Config, rt *docker.Docker, store *lifecycle.Store, log *slog.Logger) (*lifecycle.Manager, error) {
+func newManager(ctx context.Context, cfg config.Config, rt *docker.Docker, store lifecycle.Store, log *slog.Logger) (*lifecycle.Manager, error) {
 	if err := rt.CheckDiskLimit(ctx); err != nil {
 		if !errors.Is(err, runtime.ErrUnavailable) {
 			return nil, err

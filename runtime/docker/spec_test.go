@@ -2,6 +2,7 @@ package docker
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"os"
@@ -133,5 +134,16 @@ func TestNetworkModes(t *testing.T) {
 		if got := networkMode(c.n); got != c.want {
 			t.Errorf("networkMode(%+v) = %q, want %q", c.n, got, c.want)
 		}
+	}
+}
+
+// TestCheckHostPathRemoteEngine: an engine reached over the network gets
+// no host path, whatever the allow-list: its host's paths are not ours.
+func TestCheckHostPathRemoteEngine(t *testing.T) {
+	d := fakeEngine(t, time.Minute, false, nil)
+	_, err := d.CheckHostPath(t.Context(), t.TempDir(), []string{"/"}, nil)
+	var he *runtime.HostPathError
+	if !errors.As(err, &he) || !he.NotAllowed {
+		t.Fatalf("CheckHostPath on a tcp engine = %v, want a refusal", err)
 	}
 }

@@ -39,9 +39,10 @@ type File struct {
 
 // container is a container held in memory.
 type container struct {
-	c     runtime.Container
-	spec  runtime.Spec
-	files map[string]*File // by absolute path
+	c      runtime.Container
+	spec   runtime.Spec
+	files  map[string]*File // by absolute path
+	record []byte           // runtime.Records, on a Cluster
 }
 
 // Runtime is an in-memory runtime.Runtime. Its containers run nothing:

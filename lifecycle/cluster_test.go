@@ -1,0 +1,173 @@
+package lifecycle
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/runtimetest"
+)
+
+// clusterEnv is a Manager over runtimetest.Cluster: a runtime with the
+// core only, records on the sandboxes and a lease.
+type clusterEnv struct {
+	m     *Manager
+	rt    *runtimetest.Cluster
+	local *BoltStore
+	clock *fakeClock
+}
+
+func newClusterEnv(t *testing.T) *clusterEnv {
+	t.Helper()
+	cfg := testConfig(t)
+	local, err := OpenStore(cfg.Store.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { local.Close() })
+	clock := &fakeClock{t: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
+	rt := runtimetest.NewCluster(clock.Now)
+	m, err := New(cfg, rt, StoreFor(rt, local), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.now = clock.Now
+	return &clusterEnv{m: m, rt: rt, local: local, clock: clock}
+}
+
+// agentEcho is an agent that has started and runs commands: POST /command
+// answers the command it was sent.
+var agentEcho = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/command" {
+		body, _ := io.ReadAll(r.Body)
+		io.WriteString(w, "ran "+string(body))
+	}
+})
+
+// TestSecondRuntime drives lifecycle over a runtime that is not Docker's
+// shape: no archive copy, no pause, no images or volumes, records on the
+// sandboxes. What it lacks answers "not supported"; the rest works.
+func TestSecondRuntime(t *testing.T) {
+	e := newClusterEnv(t)
+	e.rt.Fake().SetAgent(agentEcho)
+	ctx := context.Background()
+	if err := e.m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := e.m.Create(ctx, validRequest())
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	name := containerName(sb.ID)
+
+	// The record lives on the sandbox, not in the local file.
+	if _, err := e.rt.Record(ctx, name); err != nil {
+		t.Errorf("no record on the sandbox: %v", err)
+	}
+	if _, err := e.local.Sandbox(sb.ID); err == nil {
+		t.Error("the sandbox's record is in the local store")
+	}
+	if got, err := e.m.Get(ctx, sb.ID); err != nil || got.Status.State != "Running" {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+
+	// A command goes through the agent transport.
+	tr, err := e.m.Transport(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://agent/command", strings.NewReader("echo hi"))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(out) != "ran echo hi" {
+		t.Errorf("command answered %q", out)
+	}
+
+	// Files go through the agent; without it (stopped) there is no other way.
+	if tr, err := e.m.FilesTransport(ctx, sb.ID); err != nil || tr == nil {
+		t.Errorf("FilesTransport of a running sandbox = %v, %v; want the agent", tr, err)
+	}
+
+	// What the runtime lacks is not supported, in its own words.
+	err = e.m.Pause(ctx, sb.ID)
+	wantCode(t, err, KindInvalid, CodeAPINotSupported)
+	if !strings.Contains(err.Error(), "kubernetes") {
+		t.Errorf("pause error %q does not name the runtime", err)
+	}
+	wantCode(t, e.m.Resume(ctx, sb.ID), KindInvalid, CodeAPINotSupported)
+	_, err = e.m.CreateSnapshot(ctx, sb.ID, "s")
+	wantCode(t, err, KindNotImplemented, CodeSnapshotNotImpl)
+	host := validRequest()
+	host.Volumes = []Volume{{Name: "h", MountPath: "/h", Host: &HostPath{Path: t.TempDir()}}}
+	_, err = e.m.Create(ctx, host)
+	wantCode(t, err, KindInvalid, CodeVolUnsupported)
+	_, err = e.m.Get(ctx, "nope")
+	if e, _ := AsError(err); e == nil || WireCode(e.Code, "kubernetes") != "KUBERNETES::SANDBOX_NOT_FOUND" {
+		t.Errorf("unknown sandbox: %v, want KUBERNETES::SANDBOX_NOT_FOUND on the wire", err)
+	}
+
+	// Renewal and activity are written to the sandbox's record.
+	at := e.clock.Now().Add(time.Hour)
+	if _, err := e.m.Renew(ctx, sb.ID, at); err != nil {
+		t.Fatal(err)
+	}
+	e.m.persistActivity()
+	rec, err := StoreFor(e.rt, e.local).Sandbox(sb.ID)
+	if err != nil || rec.ExpiresAt == nil || !rec.ExpiresAt.Equal(wireTime(at)) || !rec.LastActivity.Equal(wireTime(e.clock.Now())) {
+		t.Fatalf("record after renew = %+v, %v", rec, err)
+	}
+
+	// A stopped sandbox's files have no way out without archive copy.
+	e.rt.Fake().Set(t, rec.ContainerID, func(c *runtime.Container) { c.State = runtime.StateExited })
+	_, err = e.m.FilesTransport(ctx, sb.ID)
+	wantCode(t, err, KindConflict, CodeNotRunning)
+	e.rt.Fake().Set(t, rec.ContainerID, func(c *runtime.Container) { c.State = runtime.StateRunning })
+
+	// Expiry reaps it, record and all.
+	e.clock.Advance(2 * time.Hour)
+	e.m.Sweep(ctx)
+	if e.rt.Fake().Exists(rec.ContainerID) {
+		t.Error("the expired sandbox survived the sweep")
+	}
+	if _, err := e.m.Get(ctx, sb.ID); err == nil {
+		t.Error("the reaped sandbox is still listed")
+	}
+}
+
+// TestFollowerServes: with a shared runtime, a replica that does not lead
+// serves at once and reconciles only once it leads.
+func TestFollowerServes(t *testing.T) {
+	e := newClusterEnv(t)
+	e.rt.Fake().SetAgent(agentEcho)
+	e.rt.Revoke()
+	listed := make(chan struct{}, 1)
+	e.rt.Fake().Hook("List", func(context.Context, string) error {
+		select {
+		case listed <- struct{}{}:
+		default:
+		}
+		return nil
+	})
+	e.m.Start()
+	t.Cleanup(func() { e.m.Shutdown(context.Background()) })
+	waitPhase(t, e.m, PhaseServing)
+	if _, err := e.m.Create(context.Background(), validRequest()); err != nil {
+		t.Fatalf("a follower refused a create: %v", err)
+	}
+	select {
+	case <-listed:
+		t.Fatal("a follower reconciled")
+	default:
+	}
+	e.rt.Grant()
+	<-listed // the leader's reconcile lists the sandboxes
+}
