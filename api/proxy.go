@@ -1,9 +1,11 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -11,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/gorilla/mux"
 
 	"github.com/sandboxd/sandboxd/lifecycle"
 )
@@ -22,10 +22,8 @@ import (
 // sandbox by Docker's archive API), any other port is forwarded by the
 // agent to that port inside the sandbox. Nothing is ever published on the
 // host.
-func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
-	vars := mux.Vars(r)
-	id := vars["id"]
-	port, err := strconv.Atoi(vars["port"])
+func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request, id, portText string) {
+	port, err := strconv.Atoi(portText)
 	if err != nil || port < 1 || port > 65535 {
 		s.refuse(w, r, http.StatusBadRequest, lifecycle.CodeInvalidPort, "port must be between 1 and 65535")
 		return
@@ -41,7 +39,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	rest := proxyRest(r.URL.EscapedPath(), vars["port"])
+	rest := proxyRest(r.URL.EscapedPath(), portText)
 	if port == lifecycle.EgressPort {
 		// The egress API is sandboxd's own, never the sandbox's.
 		s.mgr.ServeEgress(w, r, id, rest)
@@ -49,6 +47,17 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	if port == lifecycle.ExecdPort && r.ContentLength != 0 && rest != "/files/upload" && !requireJSON(w, r) {
 		return // execd takes JSON bodies only, but for uploads
+	}
+	if port == lifecycle.ExecdPort && r.ContentLength > 0 && r.ContentLength <= maxHeldBody && rest != "/files/upload" {
+		// Read whole, the body goes to the agent with the headers in one
+		// write (a body still streaming from the client would be sent in
+		// a frame of its own).
+		body := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			writeError(w, r, http.StatusBadRequest, codeInvalidRequestBody, "could not read the request body: "+err.Error())
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	transport, err := s.proxyTransport(w, r, id, port, rest)
 	if transport == nil {
@@ -59,7 +68,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	target := rest
 	if port != lifecycle.ExecdPort {
-		target = "/proxy/" + vars["port"] + rest
+		target = "/proxy/" + portText + rest
 	}
 	if target == "" {
 		target = "/"
@@ -71,7 +80,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 			u.Scheme, u.Host = "http", "sandbox"
 			u.RawPath = target
 			u.Path, _ = url.PathUnescape(target)
-			pr.Out.Host = "127.0.0.1:" + vars["port"]
+			pr.Out.Host = "127.0.0.1:" + portText
 			// The caller's credentials never reach the sandbox.
 			for _, h := range []string{"Authorization", "Cookie", headerAPIKey, lifecycle.TokenHeader} {
 				pr.Out.Header.Del(h)
@@ -89,6 +98,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request) {
 	// if its client had gone.
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	start := time.Now()
+	w = &proxyWriter{ResponseWriter: w, length: -1}
 	rp.ServeHTTP(w, r)
 	if port == lifecycle.ExecdPort && rest == "/command" {
 		s.mgr.Metrics().CommandSeconds.Observe(time.Since(start))
@@ -100,6 +110,71 @@ func (s *Server) proxyFailed(w http.ResponseWriter, r *http.Request, id string, 
 	s.log.Warn("proxy to sandbox failed", "request_id", lifecycle.RequestID(r.Context()), "sandbox_id", id, "port", port, "err", err)
 	status, code, msg := backendFailure(err)
 	writeError(w, r, status, code, fmt.Sprintf("%s port %d of sandbox %s: %v", msg, port, id, err))
+}
+
+// maxHeldBody is the largest execd request body read whole before it is
+// forwarded: JSON requests, commands with their scripts.
+const maxHeldBody = 64 << 10
+
+// codeInvalidRequestBody is execd's code for a body it cannot read.
+const codeInvalidRequestBody = "INVALID_REQUEST_BODY"
+
+// proxyWriter skips the flushes of a response of known length before its
+// body starts and after it is written whole: the handler's return sends it,
+// in one write with its headers. (ReverseProxy flushes the headers at once
+// and an event stream after every write: three writes to the client for a
+// quick command.) Streams of unknown length flush as ReverseProxy says.
+type proxyWriter struct {
+	http.ResponseWriter
+	length  int64 // the Content-Length, -1 if unknown
+	written int64
+}
+
+func (w *proxyWriter) WriteHeader(code int) {
+	w.length = -1
+	if n, err := strconv.ParseInt(w.Header().Get("Content-Length"), 10, 64); err == nil {
+		w.length = n
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *proxyWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	w.written += int64(n)
+	return n, err
+}
+
+func (w *proxyWriter) FlushError() error {
+	if w.length >= 0 && (w.written == 0 || w.written >= w.length) {
+		return nil
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the writer's other methods.
+func (w *proxyWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// proxyRoute parses /sandboxes/{id}/proxy/{port}[/...] (also under /v1)
+// from the escaped path, as the router's pattern
+// /sandboxes/{id}/proxy/{port:[0-9]+}[/{rest:.*}] would, without its
+// regular expressions: every request into a sandbox takes this way.
+func proxyRoute(escaped string) (id, port string, ok bool) {
+	p, ok := strings.CutPrefix(strings.TrimPrefix(escaped, "/v1"), "/sandboxes/")
+	if !ok {
+		return "", "", false
+	}
+	id, p, ok = strings.Cut(p, "/")
+	if !ok || id == "" {
+		return "", "", false
+	}
+	if p, ok = strings.CutPrefix(p, "proxy/"); !ok {
+		return "", "", false
+	}
+	port, _, _ = strings.Cut(p, "/")
+	if port == "" || strings.Trim(port, "0123456789") != "" {
+		return "", "", false
+	}
+	return id, port, true
 }
 
 // backendFailure names a failed proxied request as upstream does: the

@@ -1,12 +1,21 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
+	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/textproto"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gorilla/mux"
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/lifecycle"
@@ -287,5 +296,112 @@ func TestProxyRest(t *testing.T) {
 		if got := proxyRest(tt.escaped, tt.port); got != tt.want {
 			t.Errorf("proxyRest(%q, %q) = %q, want %q", tt.escaped, tt.port, got, tt.want)
 		}
+	}
+}
+
+// proxyRoute takes exactly the paths the router's proxy patterns took.
+func TestProxyRouteMatchesRouterPatterns(t *testing.T) {
+	router := mux.NewRouter()
+	router.UseEncodedPath()
+	router.SkipClean(true)
+	for _, prefix := range []string{"", "/v1"} {
+		router.Handle(prefix+"/sandboxes/{id}/proxy/{port:[0-9]+}", http.NotFoundHandler())
+		router.Handle(prefix+"/sandboxes/{id}/proxy/{port:[0-9]+}/{rest:.*}", http.NotFoundHandler())
+	}
+	for _, p := range []string{
+		"/sandboxes/a/proxy/44772", "/sandboxes/a/proxy/44772/", "/sandboxes/a/proxy/44772/command",
+		"/v1/sandboxes/a/proxy/8000/x/y", "/sandboxes/a%2Fb/proxy/1/z", "/sandboxes/a/proxy/44772//ping",
+		"/sandboxes/a/proxy/0", "/sandboxes/a/proxy/99999999999/x", "/sandboxes/a/proxy/44a72", "/sandboxes/a/proxy/",
+		"/sandboxes/a/proxy", "/sandboxes//proxy/1", "/sandboxes/a/b/proxy/1", "/v1sandboxes/a/proxy/1", "/v1/v1/sandboxes/a/proxy/1",
+		"/sandboxes/a/proxy/-1", "/sandboxes/a/proxy/+1", "/sandboxes/a", "/sandboxes/a/pause", "/health", "/", "",
+		"/sandboxes/a/proxy/1%2F2", "/SANDBOXES/a/proxy/1", "/sandboxes/a/Proxy/1",
+	} {
+		var m mux.RouteMatch
+		u := &url.URL{Path: p}
+		if raw, err := url.PathUnescape(p); err == nil {
+			u = &url.URL{Path: raw, RawPath: p}
+		}
+		want := router.Match(&http.Request{Method: http.MethodGet, URL: u}, &m)
+		id, port, got := proxyRoute(u.EscapedPath())
+		if got != want {
+			t.Errorf("%q: proxyRoute %v, router %v", p, got, want)
+			continue
+		}
+		if got && (id != m.Vars["id"] || port != m.Vars["port"]) {
+			t.Errorf("%q: proxyRoute %q %q, router %v", p, id, port, m.Vars)
+		}
+	}
+}
+
+// flushCounter is a ResponseWriter that counts flushes.
+type flushCounter struct {
+	http.ResponseWriter
+	flushes int
+}
+
+func (f *flushCounter) Flush() { f.flushes++ }
+
+// A response of known length is flushed only while part of its body is
+// out; one of unknown length at every flush, as ReverseProxy asks.
+func TestProxyWriterFlushes(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		length string
+		writes []string
+		want   []int // flushes after the headers and after each write
+	}{
+		{"whole at once", "5", []string{"hello"}, []int{0, 0}},
+		{"empty", "0", nil, []int{0}},
+		{"in pieces", "5", []string{"he", "llo"}, []int{0, 1, 1}},
+		{"unknown length", "", []string{"he", "llo"}, []int{1, 2, 3}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fc := &flushCounter{ResponseWriter: httptest.NewRecorder()}
+			w := &proxyWriter{ResponseWriter: fc, length: -1}
+			if tt.length != "" {
+				w.Header().Set("Content-Length", tt.length)
+			}
+			w.WriteHeader(http.StatusOK)
+			rc := http.NewResponseController(w)
+			var got []int
+			for i := 0; ; i++ {
+				if err := rc.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, fc.flushes)
+				if i == len(tt.writes) {
+					break
+				}
+				_, _ = w.Write([]byte(tt.writes[i]))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("flushes %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// A body cut short of its Content-Length never reaches the agent.
+func TestProxyShortBody(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t)
+	before := e.agent.count()
+	conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /sandboxes/%s/proxy/44772/command HTTP/1.1\r\nHost: x\r\n%s: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"command\":", id, headerAPIKey, testKey)
+	_ = conn.(*net.TCPConn).CloseWrite()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), codeInvalidRequestBody) {
+		t.Errorf("status %d %s", resp.StatusCode, body)
+	}
+	if e.agent.count() != before {
+		t.Error("the cut request reached the agent")
 	}
 }

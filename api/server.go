@@ -77,8 +77,6 @@ func (s *Server) routes() {
 		// Full paths on the top router: gorilla/mux subrouters lose the
 		// 405 for a known path with the wrong method (mux issue #751).
 		p := routeAdder(func(path string, h http.HandlerFunc) *mux.Route { return r.HandleFunc(prefix+path, h) })
-		p("/sandboxes/{id}/proxy/{port:[0-9]+}", s.handleProxy)
-		p("/sandboxes/{id}/proxy/{port:[0-9]+}/{rest:.*}", s.handleProxy)
 		p("/sandboxes", s.handleCreate).Methods(http.MethodPost)
 		p("/sandboxes", s.handleList).Methods(http.MethodGet)
 		p("/sandboxes/{id}", s.handleGet).Methods(http.MethodGet)
@@ -103,7 +101,8 @@ func (s *Server) routes() {
 type routeAdder func(path string, h http.HandlerFunc) *mux.Route
 
 // ServeHTTP runs the middleware chain: request id, panic guard, access
-// log, browser checks (Host, Origin), CORS, authentication, then the routes.
+// log, browser checks (Host, Origin), CORS, authentication, then the proxy
+// into a sandbox or the routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := strings.TrimSpace(r.Header.Get(headerRequestID))
 	if id == "" || len(id) > 128 {
@@ -127,6 +126,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.accessLog(r, rec, id, start)
 	}()
 	if !s.browserCheck(rec, r) || s.cors(rec, r) || !s.authorize(rec, r) || !s.serving(rec, r) {
+		return
+	}
+	if id, port, ok := proxyRoute(r.URL.EscapedPath()); ok {
+		s.handleProxy(rec, r, id, port)
 		return
 	}
 	s.router.ServeHTTP(rec, r)

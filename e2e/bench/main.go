@@ -325,6 +325,7 @@ func (b *bench) measure(ctx context.Context, w io.Writer) error {
 	}
 	r.latency("command true p50", cmd.trueCmd.pct(50), cmd.raw.pct(50), targetCommandRatio, targetCommandP50)
 	r.latency("command true p99", cmd.trueCmd.pct(99), cmd.raw.pct(99), 0, 0)
+	r.forkRows(cmd)
 	r.latency("command echo 1KiB p50", cmd.echo.pct(50), cmd.raw.pct(50), targetCommandRatio, targetCommandP50)
 	r.latency("command echo 1KiB p99", cmd.echo.pct(99), cmd.raw.pct(99), 0, 0)
 	r.latency("upload 1KiB p50", cmd.up1k.pct(50), cmd.rawUp1k.pct(50), 0, 0)
@@ -567,6 +568,7 @@ type commandResult struct {
 	trueCmd, echo, raw               durations
 	up1k, down1k, rawUp1k, rawDown1k durations
 	ping                             durations // /ping round trips, next to the 1 KiB files
+	fork                             durations // sh -c true forked in the sandbox, once per block
 	upMiBs, downMiBs                 []float64
 	upStreamMiBs                     []float64 // uploads of unknown length
 	rawUpMiBs, rawDownMiBs           []float64
@@ -610,13 +612,20 @@ func (b *bench) commandsAndFiles(ctx context.Context) (commandResult, error) {
 	}
 	for done := 0; done < b.o.commands; done += block {
 		b.progress("commands %d/%d", done, b.o.commands)
-		for _, k := range kinds {
+		for i, k := range kinds {
 			for range min(block, b.o.commands-done) {
 				d, err := k.run()
 				if err != nil {
 					return res, err
 				}
 				*k.out = append(*k.out, d)
+			}
+			if i == 0 { // the floor, while the sandbox is as it is for `true`
+				f, err := bx.forkFloor(ctx, res.trueCmd[done:].pct(50))
+				if err != nil {
+					return res, err
+				}
+				res.fork = append(res.fork, f)
 			}
 		}
 	}

@@ -60,7 +60,7 @@ func newServer(opts Options) *server {
 	}
 	s := &server{opts: opts, log: opts.Logger, proxyTransport: newProxyTransport(),
 		delays: delays{interruptGrace: interruptGrace, ping: pingInterval, jupyterAbsent: jupyterAbsentGrace,
-			metricsWatch: metricsWatchInterval}}
+			metricsWatch: metricsWatchInterval, hold: eventHold}}
 	s.findShell = new(shellFinder).find
 	s.commands.init()
 	s.sessions.init()
@@ -72,7 +72,7 @@ func newServer(opts Options) *server {
 
 // delays holds the waits the server makes.
 type delays struct {
-	interruptGrace, ping, jupyterAbsent, metricsWatch time.Duration
+	interruptGrace, ping, jupyterAbsent, metricsWatch, hold time.Duration
 }
 
 func (s *server) routes() http.Handler {

@@ -341,19 +341,14 @@ func (s *server) runCode(w http.ResponseWriter, r *http.Request) {
 
 	es := newEventStream(w)
 	es.text(evInit, c.id)
-	stopPing, pingDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		es.pingUntil(stopPing, s.delays.ping)
-		close(pingDone)
-	}()
+	stopPing := es.pingEvery(s.delays.ping)
 	// Unlike upstream, a client that goes away interrupts its run: nobody
 	// reads the result, and the context would stay busy.
 	stopInterrupt := context.AfterFunc(r.Context(), func() { _ = c.kernel.interrupt() })
 	run := newCodeRun(es)
 	err := c.kernel.execute(req.Code, run.handle)
 	stopInterrupt()
-	close(stopPing)
-	<-pingDone
+	stopPing()
 	run.finish(err)
 }
 

@@ -177,7 +177,7 @@ func (s *server) startCommand(w http.ResponseWriter, r *http.Request, req runCom
 	}
 	timeout := time.Duration(req.Timeout) * time.Millisecond
 	id := newID()
-	es := newEventStream(w)
+	es := newHeldEventStream(w, s.delays.hold)
 	register := func(p *process, output *outputLog) *command {
 		c := &command{id: id, background: output != nil, startedAt: time.Now(), proc: p, output: output, content: content}
 		s.commands.add(c)
@@ -221,11 +221,8 @@ func (s *server) runStreaming(ctx context.Context, es *eventStream, id string, s
 		t := time.AfterFunc(timeout, func() { _ = p.kill() })
 		defer t.Stop()
 	}
-	stopPing, pingDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		es.pingUntil(stopPing, s.delays.ping)
-		close(pingDone)
-	}()
+	stopPing := es.pingEvery(s.delays.ping)
+	defer stopPing()
 	stdout := &lineEvents{typ: evStdout, es: es}
 	stderr := &lineEvents{typ: evStderr, es: es}
 	pumps := []*pump{
@@ -239,8 +236,6 @@ func (s *server) runStreaming(ctx context.Context, es *eventStream, id string, s
 	for _, pp := range pumps {
 		pp.wait()
 	}
-	close(stopPing)
-	<-pingDone
 	if code, desc := p.result(); code == 0 {
 		es.complete(time.Since(begin))
 	} else {
@@ -259,7 +254,7 @@ func (s *server) spawn(spec execSpec, combined bool) (p *process, outR, errR *os
 			return nil, nil, nil, err
 		}
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, err := outputPipe()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("output pipe: %w", err)
 	}
@@ -267,7 +262,7 @@ func (s *server) spawn(spec execSpec, combined bool) (p *process, outR, errR *os
 	spec.stdout, spec.stderr = outW, outW
 	if !combined {
 		var errW *os.File
-		if errR, errW, err = os.Pipe(); err != nil {
+		if errR, errW, err = outputPipe(); err != nil {
 			outR.Close()
 			return nil, nil, nil, fmt.Errorf("output pipe: %w", err)
 		}

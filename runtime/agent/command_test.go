@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestCommandOutput(t *testing.T) {
@@ -475,4 +477,88 @@ func TestCommandStatusErrors(t *testing.T) {
 		t.Fatalf("foreground status %+v", st)
 	}
 	wantError(t, a.do(t, http.MethodGet, "/command/"+fg+"/logs", nil), http.StatusBadRequest, codeInvalidRequest)
+}
+
+// Waiting for a running command holds no thread: the poller watches its
+// pidfd. (Blocked in waitid, every running command would hold one.)
+func TestRunningCommandsHoldNoThread(t *testing.T) {
+	sh, err := new(shellFinder).find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	before := threads(t)
+	var procs []*process
+	defer func() {
+		for _, p := range procs {
+			_ = p.kill()
+			<-p.done
+		}
+	}()
+	for range n {
+		p, err := start(sh, execSpec{script: "sleep 60"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, p)
+	}
+	// Give blocked waits the time to take threads of their own.
+	time.Sleep(200 * time.Millisecond)
+	if after := threads(t); after >= before+n/2 {
+		t.Fatalf("%d threads with %d commands running, %d before", after, n, before)
+	}
+	for _, p := range procs[:1] {
+		_ = p.kill()
+		<-p.done
+		if code, desc := p.result(); code != -1 || desc != "signal: killed" {
+			t.Errorf("killed command: exit %d %q", code, desc)
+		}
+	}
+}
+
+// threads is the number of OS threads of this process.
+func threads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no Threads line in /proc/self/status")
+	return 0
+}
+
+// The child gets a blocking write end; the pump polls the read end.
+func TestOutputPipeModes(t *testing.T) {
+	r, w, err := outputPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	for _, f := range []struct {
+		f        *os.File
+		nonblock bool
+	}{{r, true}, {w, false}} {
+		rc, err := f.f.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var flags int
+		var ferr error
+		if err := rc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil || ferr != nil {
+			t.Fatal(err, ferr)
+		}
+		if got := flags&unix.O_NONBLOCK != 0; got != f.nonblock {
+			t.Errorf("%s: O_NONBLOCK %v, want %v", f.f.Name(), got, f.nonblock)
+		}
+	}
 }

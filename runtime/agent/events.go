@@ -24,36 +24,80 @@ const (
 // which keeps proxies with read timeouts from closing an idle stream.
 const pingInterval = 3 * time.Second
 
+// eventHold is how long a command's event may wait for the ones after it
+// (see eventStream): short enough not to be noticed in a stream of output,
+// long enough for a quick command (`true` takes 1–3 ms) to answer in one
+// write.
+const eventHold = 10 * time.Millisecond
+
 // eventStream writes execd events to an HTTP response: each event is one
 // compact JSON object followed by "\n\n", with no SSE "data:" prefix. Headers
-// are committed on the first event, so a handler can still answer with a JSON
-// error before that. It is safe for concurrent use.
+// are committed on the first event written out, so a handler can still
+// answer with a JSON error before that. It is safe for concurrent use.
+//
+// A stream with a hold lets an event wait up to that long for the ones
+// after it, so that they share one write (and one trip through yamux,
+// sandboxd and the client's socket): a command that ends within the hold
+// answers in one write, with a Content-Length, and a chatty one in one
+// write per hold rather than per line.
 type eventStream struct {
 	mu        sync.Mutex
 	w         http.ResponseWriter
 	rc        *http.ResponseController
+	hold      time.Duration
+	flusher   *time.Timer // flushes held events; nil until needed
+	armed     bool        // the flusher will run
+	pending   []byte      // events held before the headers are committed
 	committed bool
+	ended     bool  // the last event is written: w is the handler's again
 	err       error // first write error; later writes are skipped
 }
+
+// maxPending bounds the events held before the headers are committed.
+const maxPending = 64 << 10
 
 func newEventStream(w http.ResponseWriter) *eventStream {
 	return &eventStream{w: w, rc: http.NewResponseController(w)}
 }
 
-// write sends already-encoded events and flushes them.
-func (s *eventStream) write(p []byte) { s.send(p, true) }
+// newHeldEventStream returns a stream whose events wait up to hold for
+// the ones after them.
+func newHeldEventStream(w http.ResponseWriter, hold time.Duration) *eventStream {
+	es := newEventStream(w)
+	es.hold = hold
+	return es
+}
 
-// writeLast sends the stream's last event without flushing it: the
-// handler's return then sends it together with the end of the response, one
-// write through the exec stream to sandboxd instead of two.
-func (s *eventStream) writeLast(p []byte) { s.send(p, false) }
-
-func (s *eventStream) send(p []byte, flush bool) {
+// write sends already-encoded events; they reach the client within the
+// stream's hold.
+func (s *eventStream) write(p []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil {
-		return
+	s.send(p, s.hold <= 0)
+}
+
+// send writes p, or holds it, and flushes now if asked to. It reports
+// whether the stream still takes events. Called with mu held.
+func (s *eventStream) send(p []byte, now bool) bool {
+	if s.ended || s.err != nil {
+		return false
 	}
+	if !s.committed && !now && len(s.pending)+len(p) <= maxPending {
+		s.pending = append(s.pending, p...)
+		s.arm()
+		return true
+	}
+	s.out(p)
+	if now {
+		s.flush()
+	} else {
+		s.arm()
+	}
+	return s.err == nil
+}
+
+// out writes p after the held events, committing the headers first.
+func (s *eventStream) out(p []byte) {
 	if !s.committed {
 		h := s.w.Header()
 		h.Set("Content-Type", "text/event-stream")
@@ -62,16 +106,66 @@ func (s *eventStream) send(p []byte, flush bool) {
 		h.Set("X-Accel-Buffering", "no")
 		s.w.WriteHeader(http.StatusOK)
 		s.committed = true
+		p = append(s.pending, p...)
+		s.pending = nil
 	}
 	if _, err := s.w.Write(p); err != nil {
 		s.err = err
-		return
 	}
-	if !flush {
+}
+
+func (s *eventStream) flush() {
+	s.armed = false
+	if s.err != nil {
 		return
 	}
 	if err := s.rc.Flush(); err != nil {
 		s.err = err
+	}
+}
+
+// arm makes sure what is written now is flushed within the hold.
+func (s *eventStream) arm() {
+	if s.armed {
+		return
+	}
+	s.armed = true
+	if s.flusher == nil {
+		s.flusher = time.AfterFunc(s.hold, s.flushHeld)
+	} else {
+		s.flusher.Reset(s.hold)
+	}
+}
+
+func (s *eventStream) flushHeld() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.armed || s.ended {
+		return
+	}
+	if !s.committed {
+		s.out(nil)
+	}
+	s.flush()
+}
+
+// end writes the stream's last event. It is not flushed: the handler's
+// return sends it together with the end of the response, and if nothing
+// was written before, the whole response goes out in one write with its
+// length.
+func (s *eventStream) end(p []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended || s.err != nil {
+		return
+	}
+	if !s.committed {
+		s.w.Header().Set("Content-Length", strconv.Itoa(len(s.pending)+len(p)))
+	}
+	s.out(p)
+	s.ended = true
+	if s.flusher != nil {
+		s.flusher.Stop()
 	}
 }
 
@@ -82,7 +176,7 @@ func (s *eventStream) text(typ, text string) {
 // complete ends the stream with execution_complete.
 func (s *eventStream) complete(elapsed time.Duration) {
 	b := strconv.AppendInt([]byte(`{"type":"`+evComplete+`","execution_time":`), elapsed.Milliseconds(), 10)
-	s.writeLast(appendTimestamp(b, time.Now().UnixMilli()))
+	s.end(appendTimestamp(b, time.Now().UnixMilli()))
 }
 
 // fail ends the stream with an error event. For command failures evalue is the exit code
@@ -93,21 +187,23 @@ func (s *eventStream) fail(evalue, traceback string) {
 	b = append(b, `,"traceback":[`...)
 	b = appendJSONString(b, traceback)
 	b = append(b, "]}"...)
-	s.writeLast(appendTimestamp(b, time.Now().UnixMilli()))
+	s.end(appendTimestamp(b, time.Now().UnixMilli()))
 }
 
-// pingUntil sends a ping event every interval until done is closed.
-func (s *eventStream) pingUntil(done <-chan struct{}, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-			s.text(evPing, "pong")
+// pingEvery sends a ping event every interval, at once, until the stream
+// ends or stop is called. No goroutine waits between pings.
+func (s *eventStream) pingEvery(interval time.Duration) (stop func() bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var t *time.Timer
+	t = time.AfterFunc(interval, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.send(appendTextEvent(nil, evPing, "pong", time.Now().UnixMilli()), true) {
+			t.Reset(interval)
 		}
-	}
+	})
+	return t.Stop
 }
 
 // appendTextEvent appends {"type":typ,"text":text,"timestamp":ts} and the

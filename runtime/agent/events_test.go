@@ -5,8 +5,12 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestAppendJSONString(t *testing.T) {
@@ -131,4 +135,106 @@ func short(lines []string) []string {
 		out[i] = l
 	}
 	return out
+}
+
+// flushRecorder is a ResponseWriter that counts flushes, safe to read
+// while the stream's flusher runs.
+type flushRecorder struct {
+	mu      sync.Mutex
+	header  http.Header
+	status  int
+	body    bytes.Buffer
+	flushes int
+	flushed int // body bytes out at the last flush
+}
+
+func (r *flushRecorder) Header() http.Header { return r.header }
+func (r *flushRecorder) WriteHeader(code int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status = code
+}
+func (r *flushRecorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.body.Write(p)
+}
+func (r *flushRecorder) Flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.flushes++
+	r.flushed = r.body.Len()
+}
+
+func (r *flushRecorder) snapshot() (body string, flushes, flushed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.body.String(), r.flushes, r.flushed
+}
+
+// A command that ends within the hold answers in one piece, with its
+// length, and nothing is flushed before the handler returns.
+func TestHeldStreamEndsInOneWrite(t *testing.T) {
+	rec := &flushRecorder{header: http.Header{}}
+	es := newHeldEventStream(rec, time.Hour)
+	es.text(evInit, "id")
+	es.write(appendTextEvent(nil, evStdout, "out", 1))
+	es.complete(time.Millisecond)
+	body, flushes, _ := rec.snapshot()
+	if flushes != 0 {
+		t.Errorf("%d flushes before the end", flushes)
+	}
+	if got := rec.header.Get("Content-Length"); got != strconv.Itoa(len(body)) {
+		t.Errorf("Content-Length %q for a body of %d bytes", got, len(body))
+	}
+	if rec.header.Get("Content-Type") != "text/event-stream" || rec.status != http.StatusOK {
+		t.Errorf("status %d, headers %v", rec.status, rec.header)
+	}
+	last := -1
+	for _, typ := range []string{evInit, evStdout, evComplete} {
+		n := strings.Index(body, `"type":"`+typ+`"`)
+		if n <= last {
+			t.Fatalf("body %q lacks %s after the events before it", body, typ)
+		}
+		last = n
+	}
+}
+
+// A held event reaches the client within the hold without any later event,
+// and after that the stream is chunked (no length).
+func TestHeldStreamFlushesWithinHold(t *testing.T) {
+	rec := &flushRecorder{header: http.Header{}}
+	es := newHeldEventStream(rec, 10*time.Millisecond)
+	es.text(evInit, "id")
+	eventually(t, "the init event to be flushed", func() bool {
+		body, flushes, flushed := rec.snapshot()
+		return flushes > 0 && flushed == len(body) && strings.Contains(body, evInit)
+	})
+	es.write(appendTextEvent(nil, evStdout, "later", 1))
+	eventually(t, "the stdout event to be flushed", func() bool {
+		body, _, flushed := rec.snapshot()
+		return flushed == len(body) && strings.Contains(body, "later")
+	})
+	es.complete(time.Millisecond)
+	if got := rec.header.Get("Content-Length"); got != "" {
+		t.Errorf("Content-Length %q on a stream flushed before its end", got)
+	}
+}
+
+// Nothing is written once the last event is: the handler owns the writer
+// again.
+func TestEventStreamQuietAfterEnd(t *testing.T) {
+	rec := &flushRecorder{header: http.Header{}}
+	es := newHeldEventStream(rec, time.Hour)
+	stop := es.pingEvery(time.Millisecond)
+	defer stop()
+	es.text(evInit, "id")
+	es.complete(time.Millisecond)
+	body, flushes, _ := rec.snapshot()
+	es.flushHeld()
+	es.text(evStdout, "late")
+	time.Sleep(20 * time.Millisecond) // pings would come every millisecond
+	if after, n, _ := rec.snapshot(); after != body || n != flushes {
+		t.Fatalf("written after the end: %q (%d flushes), was %q (%d)", after, n, body, flushes)
+	}
 }

@@ -94,6 +94,18 @@ type process struct {
 	exited   bool // the leader has exited: its pid may be reused once reaped
 	stopping bool // the command is being stopped: the group dies with the leader
 	state    *os.ProcessState
+	// pidfd, if the kernel has them, tells the poller when the process
+	// exits: no thread waits in waitid meanwhile.
+	pidfd *os.File
+}
+
+// pollablePidfd returns the pidfd as a file the poller watches, or nil.
+func pollablePidfd(fd int) *os.File {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil
+	}
+	return os.NewFile(uintptr(fd), "pidfd")
 }
 
 // start runs spec.script with the given shell, or spec.argv directly, in a
@@ -105,6 +117,8 @@ func start(sh shell, spec execSpec) (*process, error) {
 	// Leave unset streams as untyped nil: exec.Cmd connects those to /dev/null.
 	if spec.stdin != nil {
 		cmd.Stdin = spec.stdin
+	} else if f := devNull(); f != nil {
+		cmd.Stdin = f
 	}
 	if spec.stdout != nil {
 		cmd.Stdout = spec.stdout
@@ -114,6 +128,8 @@ func start(sh shell, spec execSpec) (*process, error) {
 	}
 	cmd.ExtraFiles = spec.extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred}
+	pidfd := -1
+	cmd.SysProcAttr.PidFD = &pidfd
 
 	switch {
 	case spec.argv != nil: // no shell: the program, found on the request's PATH
@@ -137,9 +153,41 @@ func start(sh shell, spec execSpec) (*process, error) {
 		return nil, err
 	}
 	p := &process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+	if pidfd >= 0 {
+		p.pidfd = pollablePidfd(pidfd)
+	}
 	go p.wait()
 	return p, nil
 }
+
+// outputPipe returns a pipe for a child's output: the read end polled by
+// a pump, the write end blocking, as the child gets it. (os.Pipe would
+// make both ends non-blocking and register them with the poller, and
+// starting the child would make the write end blocking again: five system
+// calls more per pipe and command.)
+func outputPipe() (r, w *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, err
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
+}
+
+// devNull is /dev/null for the stdin of commands, opened once: exec.Cmd
+// would open and close it for every command. Nil if it cannot be opened
+// (exec.Cmd then tries, and reports why).
+var devNull = sync.OnceValue(func() *os.File {
+	fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), os.DevNull)
+})
 
 // scriptFile puts a script in an anonymous memory file for the shell to
 // read as /dev/fd/N. Unlike a pipe it is seekable, which bash needs to read
@@ -177,11 +225,13 @@ func adopt(cmd *exec.Cmd) *process {
 func (p *process) wait() {
 	// Wait for the exit without reaping first, so that signal never sends
 	// to a pid that the kernel may already have given to another process.
-	var info unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			break
+	if !p.awaitPidfd() {
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if err != unix.EINTR {
+				break
+			}
 		}
 	}
 	p.mu.Lock()
@@ -198,6 +248,36 @@ func (p *process) wait() {
 	p.state = p.cmd.ProcessState
 	p.mu.Unlock()
 	close(p.done)
+}
+
+// awaitPidfd waits on the poller for the process to exit, and reports
+// whether it saw the exit.
+func (p *process) awaitPidfd() bool {
+	if p.pidfd == nil {
+		return false
+	}
+	defer p.pidfd.Close()
+	rc, err := p.pidfd.SyscallConn()
+	if err != nil {
+		return false
+	}
+	exited := false
+	err = rc.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err != nil:
+				return true // give up: wait blocking
+			}
+			// Without an exit to report, waitid leaves si_signo 0.
+			exited = info.Signo != 0
+			return exited
+		}
+	})
+	return err == nil && exited
 }
 
 // signal sends sig to the process group while its leader runs.

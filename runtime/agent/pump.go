@@ -5,6 +5,7 @@ package agent
 import (
 	"errors"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -16,6 +17,14 @@ const (
 	// case a process it left behind keeps writing.
 	maxDrain = 16 << 20
 )
+
+// pumpBuffers holds the pumps' buffers: a command's two pumps would
+// otherwise allocate (and clear) 128 KiB per command. Sinks copy what
+// they keep.
+var pumpBuffers = sync.Pool{New: func() any {
+	b := make([]byte, pumpBufferSize)
+	return &b
+}}
 
 // pump copies what a child writes to a pipe (or a PTY master) to sink.
 //
@@ -52,7 +61,9 @@ func (p *pump) wait() { <-p.settled }
 
 func (p *pump) run() {
 	defer p.f.Close()
-	buf := make([]byte, pumpBufferSize)
+	b := pumpBuffers.Get().(*[]byte)
+	defer pumpBuffers.Put(b)
+	buf := *b
 	settled := false
 	settle := func() {
 		if settled {

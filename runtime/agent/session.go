@@ -216,7 +216,7 @@ func (s *server) runInSession(w http.ResponseWriter, r *http.Request) {
 		prologue, bash = bashStatePrologue, true
 	}
 	spec := execSpec{script: prologue + req.Command, dir: dir, env: env, extra: []*os.File{stateW}}
-	es := newEventStream(w)
+	es := newHeldEventStream(w, s.delays.hold)
 	p := s.runStreaming(r.Context(), es, id, spec, time.Duration(req.Timeout)*time.Millisecond, func(p *process) {
 		stateW.Close()
 		b.mu.Lock()
