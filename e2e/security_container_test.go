@@ -364,7 +364,7 @@ func TestSecurityHardeningExtensions(t *testing.T) {
 }
 
 // TestSecurityNetworkDeny: a sandbox created with networkPolicy deny-all
-// sits in its egress helper's network namespace, whose firewall lets
+// shares its network namespace with its egress helper, whose firewall lets
 // nothing out, so it reaches no other sandbox, while a sandbox on Docker's
 // bridge network does.
 func TestSecurityNetworkDeny(t *testing.T) {
@@ -372,8 +372,8 @@ func TestSecurityNetworkDeny(t *testing.T) {
 	open := newExecdBox(t, s, busyboxRequest())
 	closed := newExecdBox(t, s, busyboxWith(map[string]any{"networkPolicy": map[string]any{"defaultAction": "deny"}}))
 
-	if mode := sandboxContainer(t, closed.ID).HostConfig.NetworkMode; !mode.IsContainer() {
-		t.Errorf("deny-all sandbox has network mode %q, want its egress helper's", mode)
+	if hs := containersByLabel(t, labelEgressFor, closed.ID); len(hs) != 1 || string(inspectContainer(t, hs[0].ID).HostConfig.NetworkMode) != "container:"+sandboxContainer(t, closed.ID).ID {
+		t.Errorf("the deny-all sandbox has no egress helper in its network namespace")
 	}
 	secListen(t, open)
 	openIP := secEndpoint(t, sandboxContainer(t, open.ID), "bridge").IPAddress
@@ -390,7 +390,7 @@ func TestSecurityNetworkDeny(t *testing.T) {
 
 // TestSecurityNetworkIsolated: with network_mode unset, sandboxes are on
 // sandboxd's network, where a sandbox reaches its gateway but not another
-// sandbox, nor a policed one; on Docker's bridge the same probe connects
+// sandbox, policed or not; on Docker's bridge the same probe connects
 // (TestSecurityNetworkDeny's control).
 func TestSecurityNetworkIsolated(t *testing.T) {
 	s := startServer(t)
@@ -398,15 +398,15 @@ func TestSecurityNetworkIsolated(t *testing.T) {
 	a := newExecdBox(t, s, busyboxRequest())
 	b := newExecdBox(t, s, busyboxRequest())
 	policed := newExecdBox(t, s, busyboxWith(map[string]any{"networkPolicy": map[string]any{"defaultAction": "allow"}}))
-	for _, id := range []string{a.ID, b.ID} {
+	for _, id := range []string{a.ID, b.ID, policed.ID} {
 		if mode := sandboxContainer(t, id).HostConfig.NetworkMode; mode != "sandboxd" {
 			t.Errorf("sandbox %s has network mode %q, want sandboxd", id, mode)
 		}
 	}
-	// Without dns_upstream the helper stays on Docker's bridge (see
-	// Manager.helperNetwork), and still resolves names.
-	if hs := containersByLabel(t, labelEgressFor, policed.ID); len(hs) != 1 || inspectContainer(t, hs[0].ID).HostConfig.NetworkMode != "bridge" {
-		t.Errorf("the policed sandbox does not have one egress helper on Docker's bridge: %d helpers", len(hs))
+	// A policed sandbox's helper has no network of its own: it joins the
+	// sandbox's namespace.
+	if hs := containersByLabel(t, labelEgressFor, policed.ID); len(hs) != 1 || string(inspectContainer(t, hs[0].ID).HostConfig.NetworkMode) != "container:"+sandboxContainer(t, policed.ID).ID {
+		t.Errorf("the policed sandbox does not have one egress helper in its namespace: %d helpers", len(hs))
 	}
 	nw, err := dockerClient(t).NetworkInspect(context.Background(), "sandboxd", network.InspectOptions{})
 	if err != nil || nw.Options["com.docker.network.bridge.enable_icc"] != "false" || nw.Labels["io.sandboxd.network"] == "" {
@@ -420,11 +420,10 @@ func TestSecurityNetworkIsolated(t *testing.T) {
 	if out, code := b.secShell(t, "nc -w 10 "+ip+" 9999 </dev/null"); code == 0 || out == "hi" {
 		t.Errorf("a sandbox reached another on sandboxd's network: %q, exit %d", out, code)
 	}
-	helper := containersByLabel(t, labelEgressFor, policed.ID)[0].ID
-	policedIP := secEndpoint(t, inspectContainer(t, helper), "bridge").IPAddress
+	policedIP := secEndpoint(t, sandboxContainer(t, policed.ID), "sandboxd").IPAddress
 	secListen(t, policed)
 	if out, code := b.secShell(t, "nc -w 10 "+policedIP+" 9999 </dev/null"); code == 0 || out == "hi" {
-		t.Errorf("a sandbox reached a policed one on Docker's bridge: %q, exit %d", out, code)
+		t.Errorf("a sandbox reached a policed one: %q, exit %d", out, code)
 	}
 }
 

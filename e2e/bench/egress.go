@@ -178,11 +178,28 @@ func (r *report) egressRows(e egressResult) {
 		r.add(row{name: "egress connect and lookup latency", value: "skipped: " + e.latencySkipped, baseline: "—"})
 		return
 	}
-	r.latency("TCP connect p50, networkPolicy vs none", e.connect.pct(50), e.connectBase.pct(50), 0, 0)
-	r.latency("TCP connect added p50", e.connect.pct(50)-e.connectBase.pct(50), 0, 0, targetEgressAdded)
-	r.latency("DNS lookup p50, egress resolver vs direct", e.lookup.pct(50), e.lookupBase.pct(50), 0, 0)
-	r.latency("DNS lookup added p50", e.lookup.pct(50)-e.lookupBase.pct(50), 0, 0, targetEgressAdded)
-	r.latency("DNS lookup p99, egress resolver vs direct", e.lookup.pct(99), e.lookupBase.pct(99), 0, 0)
+	r.fine("TCP connect p50, networkPolicy vs none", e.connect.pct(50), e.connectBase.pct(50))
+	r.added("TCP connect added p50", e.connect.pct(50)-e.connectBase.pct(50))
+	r.fine("DNS lookup p50, egress resolver vs direct", e.lookup.pct(50), e.lookupBase.pct(50))
+	r.added("DNS lookup added p50", e.lookup.pct(50)-e.lookupBase.pct(50))
+	r.fine("DNS lookup p99, egress resolver vs direct", e.lookup.pct(99), e.lookupBase.pct(99))
+}
+
+// us formats a sub-millisecond duration.
+func us(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000) }
+
+// fine adds a sub-millisecond figure against its value without policy.
+func (r *report) fine(name string, v, base time.Duration) {
+	x := row{name: name, value: us(v), baseline: us(base) + " (no policy)"}
+	if base > 0 {
+		x.ratio = fmt.Sprintf("%.2f×", float64(v)/float64(base))
+	}
+	r.add(x)
+}
+
+// added adds what a policy adds to a latency, against targetEgressAdded.
+func (r *report) added(name string, d time.Duration) {
+	r.add(row{name: name, value: us(d), baseline: "—", target: "≤ " + us(targetEgressAdded), met: yesNo(d <= targetEgressAdded)})
 }
 
 // parseProbe reads egressprobe's line.
