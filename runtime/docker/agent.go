@@ -2,16 +2,13 @@ package docker
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -168,7 +165,7 @@ func (d *Docker) Agent(ctx context.Context, id string) (http.RoundTripper, error
 	d.mu.Lock()
 	s := d.sessions[id]
 	if s == nil {
-		s = &agentSession{start: make(chan struct{}, 1), logLimit: rate.NewLimiter(agentLogRate, agentLogBurst)}
+		s = &agentSession{start: make(chan struct{}, 1), logLimit: agent.NewStderrLimit()}
 		d.sessions[id] = s
 	}
 	d.mu.Unlock()
@@ -272,7 +269,7 @@ func (d *Docker) attachAgent(id, execID string) (*agent.Client, error) {
 		conn.Close()
 		return nil, fmt.Errorf("agent session in %s: %w", id, err)
 	}
-	if err := pingAgent(context.Background(), client); err != nil {
+	if err := client.Ping(context.Background()); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("agent in %s %w", id, err)
 	}
@@ -284,76 +281,11 @@ func (d *Docker) attachAgent(id, execID string) (*agent.Client, error) {
 func (d *Docker) agentLog(id string) io.WriteCloser {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	limit := rate.NewLimiter(agentLogRate, agentLogBurst)
+	limit := agent.NewStderrLimit()
 	if s := d.sessions[id]; s != nil {
 		limit = s.logLimit
 	}
-	return &lineLogger{log: d.log.With("container", id), limit: limit}
-}
-
-// Lines of an agent's stderr logged per second, and in a burst.
-const (
-	agentLogRate  = 10
-	agentLogBurst = 100
-)
-
-// maxLogLine bounds the unterminated line kept between writes: a longer
-// one is logged in pieces.
-const maxLogLine = 64 << 10
-
-// lineLogger logs each line written to it as a warning: the agent writes
-// on stderr only its warnings and errors, and those of its daemon. The exec
-// stream's reader writes to it, so it needs no goroutine of its own.
-type lineLogger struct {
-	log     *slog.Logger
-	partial []byte
-	limit   *rate.Limiter
-	dropped atomic.Int64 // lines not logged and not yet reported
-}
-
-func (l *lineLogger) Write(p []byte) (int, error) {
-	n := len(p)
-	for {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			break
-		}
-		l.emit(append(l.partial, p[:i]...))
-		p = p[i+1:]
-	}
-	l.partial = append(l.partial, p...)
-	if len(l.partial) >= maxLogLine {
-		l.emit(l.partial)
-	}
-	return n, nil
-}
-
-// emit logs line, or counts it when over the rate, and empties the
-// partial line.
-func (l *lineLogger) emit(line []byte) {
-	if l.limit.Allow() {
-		l.log.Warn("agent", "line", string(line))
-	} else if l.dropped.Add(1) == 1 {
-		// The count is reported a second after the first drop: at most
-		// one line a second for a flood, and seen even if it ends.
-		time.AfterFunc(time.Second, l.reportDropped)
-	}
-	l.partial = l.partial[:0]
-}
-
-func (l *lineLogger) reportDropped() {
-	if n := l.dropped.Swap(0); n > 0 {
-		l.log.Warn("agent log lines dropped (over the rate limit)", "dropped", n)
-	}
-}
-
-// Close logs an unterminated last line and what was dropped.
-func (l *lineLogger) Close() error {
-	if len(l.partial) > 0 {
-		l.emit(l.partial)
-	}
-	l.reportDropped()
-	return nil
+	return agent.NewStderrLog(d.log.With("container", id), limit)
 }
 
 // execConn adapts a hijacked exec attach to an io.ReadWriteCloser: reads
