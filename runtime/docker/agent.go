@@ -15,7 +15,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
-	"golang.org/x/time/rate"
 
 	"github.com/sandboxd/sandboxd/runtime/agent"
 )
@@ -129,72 +128,16 @@ func (a *agentVolume) fill(ctx context.Context, d *Docker, helperID string) erro
 	return wrap(err, "copy agent into volume %s", a.name())
 }
 
-// agentSession is one running agent: a yamux session over an exec's
-// stdin/stdout, or straight to its daemon (direct.go).
-type agentSession struct {
-	// start serialises starts for one container; a channel, so that a
-	// caller waiting for another's start can give up.
-	start  chan struct{}
-	client *agent.Client
-	// logLimit bounds the agent's stderr lines sandboxd logs, across
-	// restarts of the agent: sandbox code can write there.
-	logLimit *rate.Limiter
-}
-
-func (s *agentSession) alive() bool {
-	if s.client == nil {
-		return false
-	}
-	select {
-	case <-s.client.Done():
-		return false
-	default:
-		return true
-	}
-}
-
-func (s *agentSession) close() {
-	if s.client != nil {
-		s.client.Close()
-	}
-}
-
 // Agent implements runtime.Runtime. It starts the agent on first use and
-// again whenever it died (killed from inside, OOM, container restart).
+// again whenever it died (killed from inside, OOM, container restart): a
+// yamux session over an exec's stdin/stdout, or straight to its daemon
+// (direct.go).
 func (d *Docker) Agent(ctx context.Context, id string) (http.RoundTripper, error) {
-	d.mu.Lock()
-	s := d.sessions[id]
-	if s == nil {
-		s = &agentSession{start: make(chan struct{}, 1), logLimit: agent.NewStderrLimit()}
-		d.sessions[id] = s
-	}
-	d.mu.Unlock()
-
-	select {
-	case s.start <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("start agent in %s: wait for another start: %w", id, ctx.Err())
-	}
-	defer func() { <-s.start }()
-	if s.alive() {
-		return s.client.Transport(), nil
-	}
-	client, err := d.connectAgent(ctx, id)
+	client, err := d.sessions.Get(ctx, id, func(ctx context.Context) (*agent.Client, error) { return d.connectAgent(ctx, id) })
 	if err != nil {
 		return nil, err
 	}
-	s.client = client
 	return client.Transport(), nil
-}
-
-func (d *Docker) dropSession(id string) {
-	d.mu.Lock()
-	s := d.sessions[id]
-	delete(d.sessions, id)
-	d.mu.Unlock()
-	if s != nil {
-		s.close()
-	}
 }
 
 // agentStartTimeout bounds an agent's start: exec create and start, and
@@ -279,13 +222,7 @@ func (d *Docker) attachAgent(id, execID string) (*agent.Client, error) {
 // agentLog returns a writer that logs the agent's stderr line by line, at
 // most as fast as the sandbox's limiter allows.
 func (d *Docker) agentLog(id string) io.WriteCloser {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	limit := agent.NewStderrLimit()
-	if s := d.sessions[id]; s != nil {
-		limit = s.logLimit
-	}
-	return agent.NewStderrLog(d.log.With("container", id), limit)
+	return agent.NewStderrLog(d.log.With("container", id), d.sessions.LogLimit(id))
 }
 
 // execConn adapts a hijacked exec attach to an io.ReadWriteCloser: reads
