@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/apiserver/pkg/util/proxy"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
-	remotecommandserver "k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-streaming/pkg/streaming"
+	remotecommandserver "k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
 	"github.com/sandboxd/sandboxd/runtime/agent"
 )
@@ -52,7 +52,9 @@ func (r *agentRuntime) Attach(context.Context, string, io.Reader, io.WriteCloser
 	return nil
 }
 
-func (r *agentRuntime) PortForward(context.Context, string, int32, io.ReadWriteCloser) error { return nil }
+func (r *agentRuntime) PortForward(context.Context, string, int32, io.ReadWriteCloser) error {
+	return nil
+}
 
 // streamingServer is the kubelet's streaming server behind httptest, as
 // the API server fronts it: SPDY goes straight through, WebSocket

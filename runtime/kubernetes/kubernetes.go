@@ -36,12 +36,9 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/agent"
 )
 
-// ErrNotSupported is what the calls this runtime has no equivalent for
-// return (pause, snapshots, the archive API, local images).
+// ErrNotSupported is what this runtime answers where a pod has no
+// equivalent.
 var ErrNotSupported = errors.New("not supported on the Kubernetes runtime")
-
-// ErrorPrefix is the code prefix of this runtime's errors, as upstream's.
-const ErrorPrefix = "KUBERNETES::"
 
 // Options configure the Kubernetes runtime.
 type Options struct {
@@ -67,7 +64,12 @@ type Options struct {
 	DefaultMemoryRequest resource.Quantity
 	// APITimeout bounds each non-streaming API call.
 	APITimeout time.Duration
-	Logger     *slog.Logger
+	// LeaseName is the Lease one replica at a time holds (Lead), as
+	// Identity, unique per replica; LeaseTiming zero is DefaultTiming.
+	LeaseName   string
+	Identity    string
+	LeaseTiming Timing
+	Logger      *slog.Logger
 }
 
 // Kubernetes drives sandboxes as pods.
@@ -82,7 +84,11 @@ type Kubernetes struct {
 	dial func(ctx context.Context, pod string, stderr io.Writer) (io.ReadWriteCloser, error)
 }
 
-var _ runtime.Runtime = (*Kubernetes)(nil)
+var (
+	_ runtime.Runtime = (*Kubernetes)(nil)
+	_ runtime.Volumes = (*Kubernetes)(nil)
+	_ runtime.Records = (*Kubernetes)(nil)
+)
 
 // RestConfig loads the client configuration: the kubeconfig file if one is
 // named or $KUBECONFIG is set, else the in-cluster config (the pod's
@@ -167,6 +173,9 @@ func wrap(err error, format string, args ...any) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// Name implements runtime.Runtime: codes are KUBERNETES::..., as upstream's.
+func (k *Kubernetes) Name() string { return "kubernetes" }
+
 // Ping implements runtime.Runtime: the API server answers and the
 // namespace exists.
 func (k *Kubernetes) Ping(ctx context.Context) error {
@@ -180,24 +189,6 @@ func (k *Kubernetes) Ping(ctx context.Context) error {
 	return wrap(err, "namespace %s", k.opts.Namespace)
 }
 
-// EnginePaths implements runtime.Runtime: nothing on sandboxd's disk is the
-// cluster's (host paths cannot be mounted at all).
-func (k *Kubernetes) EnginePaths(context.Context) ([]string, error) { return nil, nil }
-
-// EnsureImage implements runtime.Runtime: the kubelet pulls images, with
-// the configured pull secrets; sandboxd has none to pull.
-func (k *Kubernetes) EnsureImage(_ context.Context, _ string, auth *runtime.RegistryAuth, _ string, _ func(string)) error {
-	if auth != nil {
-		return fmt.Errorf("imagePullSecrets per sandbox: %w (configure [kubernetes] image_pull_secrets)", ErrNotSupported)
-	}
-	return nil
-}
-
-// ImageExists implements runtime.Runtime. Images live on the nodes.
-func (k *Kubernetes) ImageExists(context.Context, string) (bool, error) {
-	return false, fmt.Errorf("image lookup: %w", ErrNotSupported)
-}
-
 // Create implements runtime.Runtime. The pod is created (and scheduled)
 // at once; Start waits for it to run. A sandbox without network gets its
 // deny-all NetworkPolicy first, so it never runs without it.
@@ -207,10 +198,14 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.Spec) (string, err
 		return "", err
 	}
 	var np *networkingv1.NetworkPolicy
-	if spec.NetworkMode == "none" {
+	switch spec.Network.Mode {
+	case runtime.NetworkDefault:
+	case runtime.NetworkNone:
 		if np, err = k.createPolicy(ctx, pod, nil); err != nil {
 			return "", err
 		}
+	default:
+		return "", fmt.Errorf("network %q: %w (pods join the cluster's pod network)", spec.Network.Name, ErrNotSupported)
 	}
 	cctx, cancel := k.call(ctx)
 	defer cancel()
@@ -332,37 +327,35 @@ func (k *Kubernetes) Inspect(ctx context.Context, id string) (runtime.Container,
 	return podContainer(pod), nil
 }
 
-// podContainer is the runtime's view of a pod, with Docker's state names.
+// podContainer is the runtime's view of a pod.
 func podContainer(pod *corev1.Pod) runtime.Container {
 	c := runtime.Container{
 		ID: pod.Name, Name: pod.Name, Labels: specLabels(pod),
-		Created: pod.CreationTimestamp.Time, Status: "created",
+		Created: pod.CreationTimestamp.Time, State: runtime.StateCreated,
 	}
 	for _, ctr := range pod.Spec.Containers {
 		if ctr.Name == sandboxContainer {
 			c.Image, c.Cmd = ctr.Image, ctr.Command
 		}
 	}
-	if c.Image != "" {
-		c.ImageTags = []string{c.Image}
-	}
 	if st := sandboxStatus(pod); st != nil {
 		switch s := st.State; {
 		case s.Running != nil:
-			c.Status, c.Running, c.StartedAt = "running", true, s.Running.StartedAt.Time
+			c.State, c.StartedAt = runtime.StateRunning, s.Running.StartedAt.Time
 		case s.Terminated != nil:
-			c.Status, c.ExitCode = "exited", int(s.Terminated.ExitCode)
+			c.State, c.ExitCode = runtime.StateExited, int(s.Terminated.ExitCode)
 			c.StartedAt, c.FinishedAt = s.Terminated.StartedAt.Time, s.Terminated.FinishedAt.Time
 			c.OOMKilled = s.Terminated.Reason == "OOMKilled"
 		case s.Waiting != nil && fatalWaiting[s.Waiting.Reason]:
 			c.Error = s.Waiting.Reason + ": " + s.Waiting.Message
 		}
 	}
-	if pod.Status.Phase == corev1.PodFailed && c.Status != "exited" {
-		c.Status, c.Error = "dead", pod.Status.Reason+": "+pod.Status.Message
+	if pod.Status.Phase == corev1.PodFailed && c.State != runtime.StateExited {
+		// Evicted, or its node lost: the pod will not run again.
+		c.State, c.Error = runtime.StateDead, pod.Status.Reason+": "+pod.Status.Message
 	}
 	if pod.DeletionTimestamp != nil {
-		c.Status, c.Running = "removing", false
+		c.State = runtime.StateRemoving
 	}
 	return c
 }
@@ -439,26 +432,6 @@ func (k *Kubernetes) Remove(ctx context.Context, id string) error {
 	return wrap(err, "delete pod %s", id)
 }
 
-// Pause implements runtime.Runtime.
-func (k *Kubernetes) Pause(context.Context, string) error {
-	return fmt.Errorf("pause: %w (pods cannot be frozen)", ErrNotSupported)
-}
-
-// Unpause implements runtime.Runtime.
-func (k *Kubernetes) Unpause(context.Context, string) error {
-	return fmt.Errorf("resume: %w (pods cannot be frozen)", ErrNotSupported)
-}
-
-// Commit implements runtime.Runtime.
-func (k *Kubernetes) Commit(context.Context, string, string) error {
-	return fmt.Errorf("snapshots: %w (a pod's filesystem cannot be committed to an image)", ErrNotSupported)
-}
-
-// RemoveImage implements runtime.Runtime.
-func (k *Kubernetes) RemoveImage(context.Context, string) error {
-	return fmt.Errorf("remove image: %w", ErrNotSupported)
-}
-
 // Logs implements runtime.Runtime.
 func (k *Kubernetes) Logs(ctx context.Context, id string, tail int, since time.Time) (io.ReadCloser, error) {
 	o := &corev1.PodLogOptions{Container: sandboxContainer}
@@ -473,21 +446,6 @@ func (k *Kubernetes) Logs(ctx context.Context, id string, tail int, since time.T
 	return rc, wrap(err, "logs of pod %s", id)
 }
 
-// PutArchive implements runtime.Runtime. Files go through the agent.
-func (k *Kubernetes) PutArchive(context.Context, string, string, io.Reader) error {
-	return fmt.Errorf("files of a sandbox whose agent cannot run: %w", ErrNotSupported)
-}
-
-// GetArchive implements runtime.Runtime.
-func (k *Kubernetes) GetArchive(context.Context, string, string) (io.ReadCloser, runtime.PathStat, error) {
-	return nil, runtime.PathStat{}, fmt.Errorf("files of a sandbox whose agent cannot run: %w", ErrNotSupported)
-}
-
-// StatPath implements runtime.Runtime.
-func (k *Kubernetes) StatPath(context.Context, string, string) (runtime.PathStat, error) {
-	return runtime.PathStat{}, fmt.Errorf("files of a sandbox whose agent cannot run: %w", ErrNotSupported)
-}
-
 // Agent implements runtime.Runtime: one exec stream per pod carries the
 // agent's yamux session, started on first use and again when it ended.
 func (k *Kubernetes) Agent(ctx context.Context, id string) (http.RoundTripper, error) {
@@ -498,7 +456,7 @@ func (k *Kubernetes) Agent(ctx context.Context, id string) (http.RoundTripper, e
 	return client.Transport(), nil
 }
 
-// EnsureVolume implements runtime.Runtime for PersistentVolumeClaims: an
+// EnsureVolume implements runtime.Volumes with PersistentVolumeClaims: an
 // existing claim is used; sandboxd creates none (that needs a storage
 // class and a size the API does not carry).
 func (k *Kubernetes) EnsureVolume(ctx context.Context, name string, create bool, _ map[string]string) (bool, map[string]string, error) {
@@ -514,7 +472,8 @@ func (k *Kubernetes) EnsureVolume(ctx context.Context, name string, create bool,
 	return false, pvc.Labels, nil
 }
 
-// RemoveVolume implements runtime.Runtime. Claims are the cluster's.
+// RemoveVolume implements runtime.Volumes. sandboxd never created the
+// claim (EnsureVolume), so it is not sandboxd's to remove.
 func (k *Kubernetes) RemoveVolume(context.Context, string) error {
 	return fmt.Errorf("remove volume: %w", ErrNotSupported)
 }

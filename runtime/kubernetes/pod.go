@@ -1,10 +1,10 @@
 package kubernetes
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -80,16 +80,13 @@ func buildPod(spec runtime.Spec, o *Options) (*corev1.Pod, error) {
 		c.Command = spec.Cmd
 	}
 	volumes := []corev1.Volume{{Name: agentVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-	for i, dir := range slices.Sorted(maps.Keys(spec.Tmpfs)) {
-		v, err := tmpfsVolume(fmt.Sprintf("tmpfs-%d", i), spec.Tmpfs[dir])
-		if err != nil {
-			return nil, fmt.Errorf("tmpfs %s: %w", dir, err)
-		}
+	for i, t := range spec.Tmpfs {
+		v := tmpfsVolume(fmt.Sprintf("tmpfs-%d", i), t)
 		volumes = append(volumes, v)
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: dir})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: t.Path})
 	}
 	for i, m := range spec.Mounts {
-		if m.Type != "volume" {
+		if m.Kind != runtime.MountVolume {
 			return nil, &runtime.MountError{Target: m.Target, Reason: "host paths cannot be mounted on the Kubernetes runtime; use a PersistentVolumeClaim (a named volume)"}
 		}
 		name := fmt.Sprintf("volume-%d", i)
@@ -139,8 +136,9 @@ func buildPod(spec runtime.Spec, o *Options) (*corev1.Pod, error) {
 			TerminationGracePeriodSeconds: &grace,
 		},
 	}
-	if o.RuntimeClassName != "" {
-		pod.Spec.RuntimeClassName = &o.RuntimeClassName
+	// [kubernetes] runtime_class_name, else [docker] runtime's name.
+	if rc := cmp.Or(o.RuntimeClassName, spec.RuntimeClass); rc != "" {
+		pod.Spec.RuntimeClassName = &rc
 	}
 	for _, s := range o.ImagePullSecrets {
 		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
@@ -193,21 +191,21 @@ func validLabel(k, v string) bool {
 }
 
 func containerSecurity(spec runtime.Spec) (*corev1.SecurityContext, error) {
+	if spec.SeccompProfile != "" || spec.AppArmorProfile != "" {
+		return nil, fmt.Errorf("seccomp and AppArmor profiles by name are Docker's ([docker] seccomp_profile, apparmor_profile); pods run the RuntimeDefault profiles")
+	}
 	no := false
+	caps := &corev1.Capabilities{Drop: capabilities(spec.Capabilities.Drop), Add: capabilities(spec.Capabilities.Add)}
+	if spec.Capabilities.DropAll {
+		caps.Drop = []corev1.Capability{"ALL"}
+	}
 	sc := &corev1.SecurityContext{
 		Privileged:             &no,
-		ReadOnlyRootFilesystem: &spec.ReadOnlyRootfs,
-		Capabilities:           &corev1.Capabilities{Drop: capabilities(spec.CapDrop), Add: capabilities(spec.CapAdd)},
+		ReadOnlyRootFilesystem: &spec.ReadOnlyRoot,
+		Capabilities:           caps,
 	}
-	for _, opt := range spec.SecurityOpt {
-		switch {
-		case opt == "no-new-privileges:true" || opt == "no-new-privileges":
-			sc.AllowPrivilegeEscalation = &no
-		case strings.HasPrefix(opt, "seccomp="), strings.HasPrefix(opt, "apparmor="):
-			return nil, fmt.Errorf("security option %q: seccomp and AppArmor profiles by path are Docker's; pods run RuntimeDefault", opt)
-		default:
-			return nil, fmt.Errorf("security option %q has no pod equivalent", opt)
-		}
+	if spec.NoNewPrivileges {
+		sc.AllowPrivilegeEscalation = &no
 	}
 	return sc, nil
 }
@@ -215,34 +213,36 @@ func containerSecurity(spec runtime.Spec) (*corev1.SecurityContext, error) {
 func capabilities(names []string) []corev1.Capability {
 	var out []corev1.Capability
 	for _, n := range names {
-		out = append(out, corev1.Capability(strings.TrimPrefix(strings.ToUpper(n), "CAP_")))
+		out = append(out, corev1.Capability(n))
 	}
 	return out
 }
 
-// resources sets limits as the spec asks and requests as it asks (Docker's
-// shares and reservation), else the configured defaults, never above the
-// limits: requests are what the scheduler reserves.
+// resources sets limits and requests as the spec asks, else requests of
+// the configured defaults, never above the limits: requests are what the
+// scheduler reserves. Kubernetes bounds processes per node, not per pod:
+// Resources.Pids is the kubelet's podPidsLimit.
 func resources(spec runtime.Spec, o *Options) (corev1.ResourceRequirements, error) {
+	res := spec.Resources
 	r := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
-	if spec.NanoCPUs > 0 {
-		r.Limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(spec.NanoCPUs/1e6, 1), resource.DecimalSI)
+	if res.NanoCPUs > 0 {
+		r.Limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(res.NanoCPUs/1e6, 1), resource.DecimalSI)
 	}
-	if spec.MemoryBytes > 0 {
-		r.Limits[corev1.ResourceMemory] = *resource.NewQuantity(spec.MemoryBytes, resource.BinarySI)
+	if res.MemoryBytes > 0 {
+		r.Limits[corev1.ResourceMemory] = *resource.NewQuantity(res.MemoryBytes, resource.BinarySI)
 	}
 	switch {
-	case spec.GPUCount > 0:
-		r.Limits["nvidia.com/gpu"] = *resource.NewQuantity(int64(spec.GPUCount), resource.DecimalSI)
-	case spec.GPUCount < 0:
+	case res.GPUs > 0:
+		r.Limits["nvidia.com/gpu"] = *resource.NewQuantity(int64(res.GPUs), resource.DecimalSI)
+	case res.GPUs < 0:
 		return r, fmt.Errorf("gpu: Kubernetes needs a number of GPUs, not all of them")
 	}
 	cpu, mem := o.DefaultCPURequest, o.DefaultMemoryRequest
-	if spec.CPUShares > 0 {
-		cpu = *resource.NewMilliQuantity(max(spec.CPUShares*1000/1024, 1), resource.DecimalSI)
+	if res.CPURequest > 0 {
+		cpu = *resource.NewMilliQuantity(max(res.CPURequest/1e6, 1), resource.DecimalSI)
 	}
-	if spec.MemoryReservationBytes > 0 {
-		mem = *resource.NewQuantity(spec.MemoryReservationBytes, resource.BinarySI)
+	if res.MemoryRequestBytes > 0 {
+		mem = *resource.NewQuantity(res.MemoryRequestBytes, resource.BinarySI)
 	}
 	for name, q := range map[corev1.ResourceName]resource.Quantity{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem} {
 		if q.IsZero() {
@@ -265,33 +265,15 @@ func envVars(env []string) []corev1.EnvVar {
 	return out
 }
 
-// tmpfsVolume is a memory-backed emptyDir for a Docker tmpfs option
-// string; only its size carries over (emptyDirs are mounted nosuid,
-// nodev and exec).
-func tmpfsVolume(name, opts string) (corev1.Volume, error) {
+// tmpfsVolume is a memory-backed emptyDir for a tmpfs. emptyDirs are
+// mounted nosuid and nodev, and exec (which Tmpfs.Exec asks for, and a
+// pod cannot refuse); their mode is 0777.
+func tmpfsVolume(name string, t runtime.Tmpfs) corev1.Volume {
 	ed := &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}
-	for _, o := range strings.Split(opts, ",") {
-		if v, ok := strings.CutPrefix(o, "size="); ok {
-			q, err := dockerSize(v)
-			if err != nil {
-				return corev1.Volume{}, fmt.Errorf("size %q: %w", v, err)
-			}
-			ed.SizeLimit = &q
-		}
+	if t.SizeBytes > 0 {
+		ed.SizeLimit = resource.NewQuantity(t.SizeBytes, resource.BinarySI)
 	}
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: ed}}, nil
-}
-
-// dockerSize parses a Docker size ("256m": binary units) as a quantity.
-func dockerSize(v string) (resource.Quantity, error) {
-	units := map[byte]string{'k': "Ki", 'm': "Mi", 'g': "Gi", 't': "Ti"}
-	s := strings.ToLower(v)
-	if n := len(s); n > 0 {
-		if u, ok := units[s[n-1]]; ok {
-			s = s[:n-1] + u
-		}
-	}
-	return resource.ParseQuantity(s)
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: ed}}
 }
 
 // numericUser parses "uid" or "uid:gid" (gid -1 if absent): a pod names

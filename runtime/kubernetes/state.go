@@ -2,129 +2,162 @@ package kubernetes
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
-// What sandboxd knows about a sandbox is kept on its pod, so that every
-// replica serving the namespace reads the same: the record (expiry,
-// renewals, metadata: lifecycle's JSON, opaque here) in one annotation,
-// and the last activity in another, which the reaper writes alone and
-// often.
+// What sandboxd knows about a sandbox (lifecycle's record: expiry,
+// renewals, metadata, activity; opaque here) is kept in an annotation of
+// its pod, so that every replica serving the namespace reads the same and
+// the record goes with the pod.
 const (
-	annotationRecord   = "opensandbox.io/sandboxd-record"
-	annotationActivity = "opensandbox.io/sandboxd-last-activity"
+	annotationRecord = "opensandbox.io/sandboxd-record"
 	// maxRecordBytes keeps a record well inside the 256 KiB Kubernetes
 	// allows for all of an object's annotations.
 	maxRecordBytes = 128 << 10
+	// secretKey is the data key of the Secrets that hold Secret's values.
+	secretKey = "secret"
 )
 
-// decodeRecord returns the record stored in annotations (nil if none) and
-// the last activity (zero if none or unreadable).
-func decodeRecord(annotations map[string]string) (json.RawMessage, time.Time) {
-	var rec json.RawMessage
-	if v, ok := annotations[annotationRecord]; ok && json.Valid([]byte(v)) {
-		rec = json.RawMessage(v)
+// recordOf returns the record stored on pod (nil if none).
+func recordOf(pod *corev1.Pod) []byte {
+	if v, ok := pod.Annotations[annotationRecord]; ok {
+		return []byte(v)
 	}
-	at, _ := time.Parse(time.RFC3339Nano, annotations[annotationActivity])
-	return rec, at
+	return nil
 }
 
-// encodeRecord checks rec and returns it as an annotation value.
-func encodeRecord(rec []byte) (string, error) {
-	if !json.Valid(rec) {
-		return "", fmt.Errorf("record is not JSON")
+func checkRecord(data []byte) error {
+	if len(data) > maxRecordBytes {
+		return fmt.Errorf("record of %d bytes is over the %d a pod annotation may hold", len(data), maxRecordBytes)
 	}
-	if len(rec) > maxRecordBytes {
-		return "", fmt.Errorf("record of %d bytes is over the %d a pod annotation may hold", len(rec), maxRecordBytes)
-	}
-	return string(rec), nil
+	return nil
 }
 
-// mergePatch is a JSON merge patch setting annotations (a nil value
-// removes its key).
-func mergePatch(annotations map[string]*string) []byte {
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-	return b
-}
-
-// Record returns the record stored on pod id (nil if it has none) and its
-// last activity.
-func (k *Kubernetes) Record(ctx context.Context, id string) (json.RawMessage, time.Time, error) {
+// PutRecord implements runtime.Records with a merge patch of the one
+// annotation.
+func (k *Kubernetes) PutRecord(ctx context.Context, name string, data []byte) error {
+	if err := checkRecord(data); err != nil {
+		return err
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotationRecord: string(data)}}})
 	cctx, cancel := k.call(ctx)
 	defer cancel()
-	pod, err := k.pods().Get(cctx, id, metav1.GetOptions{})
-	if err != nil {
-		return nil, time.Time{}, wrap(err, "read record of pod %s", id)
-	}
-	rec, at := decodeRecord(pod.Annotations)
-	return rec, at, nil
+	_, err := k.cs.CoreV1().Pods(k.opts.Namespace).Patch(cctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return wrap(err, "store record of pod %s", name)
 }
 
-// Records returns the records of the pods carrying labels, by pod name.
-func (k *Kubernetes) Records(ctx context.Context, labels map[string]string) (map[string]json.RawMessage, error) {
+// Record implements runtime.Records.
+func (k *Kubernetes) Record(ctx context.Context, name string) ([]byte, error) {
+	cctx, cancel := k.call(ctx)
+	defer cancel()
+	pod, err := k.pods().Get(cctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, wrap(err, "read record of pod %s", name)
+	}
+	rec := recordOf(pod)
+	if rec == nil {
+		return nil, fmt.Errorf("pod %s carries no record: %w", name, runtime.ErrNotFound)
+	}
+	return rec, nil
+}
+
+// Records implements runtime.Records.
+func (k *Kubernetes) Records(ctx context.Context, labels map[string]string) (map[string][]byte, error) {
 	pods, err := k.listPods(ctx, labels)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]json.RawMessage{}
-	for _, p := range pods {
-		if rec, _ := decodeRecord(p.Annotations); rec != nil {
-			out[p.Name] = rec
+	out := map[string][]byte{}
+	for i := range pods {
+		if rec := recordOf(&pods[i]); rec != nil {
+			out[pods[i].Name] = rec
 		}
 	}
 	return out, nil
 }
 
-// UpdateRecord replaces the record of pod id with what update makes of
-// the current one (nil if none). Replicas updating at once do not lose
-// each other's change: a write on a changed pod is retried on the new one.
-func (k *Kubernetes) UpdateRecord(ctx context.Context, id string, update func(json.RawMessage) ([]byte, error)) error {
+// errFn marks fn's own error, which UpdateRecord returns as it is.
+type errFn struct{ err error }
+
+func (e errFn) Error() string { return e.err.Error() }
+
+// UpdateRecord implements runtime.Records: an update of the pod at the
+// resourceVersion read, retried on a conflict with another replica.
+func (k *Kubernetes) UpdateRecord(ctx context.Context, name string, fn func(current []byte) ([]byte, error)) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cctx, cancel := k.call(ctx)
 		defer cancel()
-		pod, err := k.pods().Get(cctx, id, metav1.GetOptions{})
+		pod, err := k.pods().Get(cctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		cur, _ := decodeRecord(pod.Annotations)
-		next, err := update(cur)
-		if err != nil {
-			return err
+		cur := recordOf(pod)
+		if cur == nil {
+			return fmt.Errorf("pod %s carries no record: %w", name, runtime.ErrNotFound)
 		}
-		v, err := encodeRecord(next)
+		next, err := fn(cur)
 		if err != nil {
+			return errFn{err}
+		}
+		if err := checkRecord(next); err != nil {
 			return err
 		}
 		pod = pod.DeepCopy()
-		if pod.Annotations == nil {
-			pod.Annotations = map[string]string{}
-		}
-		pod.Annotations[annotationRecord] = v
+		pod.Annotations[annotationRecord] = string(next)
 		_, err = k.cs.CoreV1().Pods(k.opts.Namespace).Update(cctx, pod, metav1.UpdateOptions{})
 		return err
 	})
-	return wrap(err, "update record of pod %s", id)
+	var fe errFn
+	if errors.As(err, &fe) {
+		return fe.err
+	}
+	if errors.Is(err, runtime.ErrNotFound) {
+		return err
+	}
+	return wrap(err, "update record of pod %s", name)
 }
 
-// SetActivity stores the last activity of pod id (a merge patch: it never
-// conflicts with a record update).
-func (k *Kubernetes) SetActivity(ctx context.Context, id string, at time.Time) error {
-	v := at.UTC().Format(time.RFC3339Nano)
+// Secret implements runtime.Records with a Kubernetes Secret per name
+// (sandboxd-NAME): the first replica to ask creates it, the others read
+// it.
+func (k *Kubernetes) Secret(ctx context.Context, name string) ([]byte, error) {
+	secrets := k.cs.CoreV1().Secrets(k.opts.Namespace)
+	obj := "sandboxd-" + name
 	cctx, cancel := k.call(ctx)
 	defer cancel()
-	_, err := k.cs.CoreV1().Pods(k.opts.Namespace).Patch(cctx, id, types.MergePatchType,
-		mergePatch(map[string]*string{annotationActivity: &v}), metav1.PatchOptions{})
-	return wrap(err, "store activity of pod %s", id)
+	s, err := secrets.Get(cctx, obj, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		value := make([]byte, 32)
+		rand.Read(value)
+		s, err = secrets.Create(cctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: obj, Labels: map[string]string{labelManagedBy: managedBy}},
+			Data:       map[string][]byte{secretKey: value},
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			s, err = secrets.Get(cctx, obj, metav1.GetOptions{}) // another replica was first
+		}
+	}
+	if err != nil {
+		return nil, wrap(err, "secret %s", obj)
+	}
+	if v := s.Data[secretKey]; len(v) >= 32 {
+		return v, nil
+	}
+	return nil, fmt.Errorf("secret %s: key %q holds fewer than 32 bytes", obj, secretKey)
 }
 
-// listPods returns sandboxd's pods carrying labels (see List).
+// listPods returns sandboxd's pods carrying labels (see selector).
 func (k *Kubernetes) listPods(ctx context.Context, want map[string]string) ([]corev1.Pod, error) {
 	cctx, cancel := k.call(ctx)
 	defer cancel()
