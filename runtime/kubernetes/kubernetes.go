@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -396,11 +395,9 @@ func selector(want map[string]string) string {
 	req, _ := labels.NewRequirement(labelManagedBy, selection.Equals, []string{managedBy})
 	sel = sel.Add(*req)
 	for key, v := range want {
-		switch {
-		case v == "" && len(validation.IsQualifiedName(key)) == 0:
-			r, _ := labels.NewRequirement(key, selection.Exists, nil)
-			sel = sel.Add(*r)
-		case v != "" && validLabel(key, v):
+		// A label asked for with any value may be stored only in
+		// annotationLabels (its value is no label value).
+		if v != "" && validLabel(key, v) {
 			r, _ := labels.NewRequirement(key, selection.Equals, []string{v})
 			sel = sel.Add(*r)
 		}
