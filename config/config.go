@@ -16,15 +16,17 @@ import (
 
 // Config is the whole resolved configuration.
 type Config struct {
-	Server    Server    `toml:"server"`
-	Log       Log       `toml:"log"`
-	Runtime   Runtime   `toml:"runtime"`
-	Docker    Docker    `toml:"docker"`
-	Storage   Storage   `toml:"storage"`
-	Lifecycle Lifecycle `toml:"lifecycle"`
-	Store     Store     `toml:"store"`
-	Egress    Egress    `toml:"egress"`
-	Pools     []Pool    `toml:"pool"` // [[pool]] tables
+	Server  Server  `toml:"server"`
+	Log     Log     `toml:"log"`
+	Runtime Runtime `toml:"runtime"`
+	Docker  Docker  `toml:"docker"`
+	// Kubernetes is read when Runtime.Type is "kubernetes".
+	Kubernetes Kubernetes `toml:"kubernetes"`
+	Storage    Storage    `toml:"storage"`
+	Lifecycle  Lifecycle  `toml:"lifecycle"`
+	Store      Store      `toml:"store"`
+	Egress     Egress     `toml:"egress"`
+	Pools      []Pool     `toml:"pool"` // [[pool]] tables
 
 	Path    string   // file it was loaded from ("" if none)
 	Ignored []string // dotted keys present in the file that sandboxd does not use, for logging
@@ -93,7 +95,7 @@ func parseLevel(s string) (slog.Level, bool) {
 	return slog.LevelInfo, false
 }
 
-// Runtime is the [runtime] section. Only "docker" exists today.
+// Runtime is the [runtime] section. Type is "docker" or "kubernetes".
 type Runtime struct {
 	Type string `toml:"type"`
 	// AgentBinaries names a static sandboxd binary per sandbox platform
@@ -140,6 +142,50 @@ type Docker struct {
 	// its socket when sandboxd is root on the engine's host, else a Docker exec stream)
 	// or "exec" (always the exec stream).
 	AgentTransport string `toml:"agent_transport"`
+}
+
+// Kubernetes is the [kubernetes] section: how sandboxes are created as pods when
+// runtime.type is "kubernetes". The hardening keys of [docker] (capabilities, user,
+// read_only_rootfs, default_cpu/memory) apply to pods too.
+type Kubernetes struct {
+	// Kubeconfig is a kubeconfig file; "" = in-cluster config (the pod's service
+	// account), else $KUBECONFIG.
+	Kubeconfig string `toml:"kubeconfig_path"`
+	// Context selects a kubeconfig context; "" = the file's current one.
+	Context string `toml:"context"`
+	// Namespace holds the sandbox pods, their NetworkPolicies and the Lease.
+	Namespace string `toml:"namespace"`
+	// ServiceAccount runs the sandbox pods; "" = the namespace's default. Its token is
+	// never mounted into them.
+	ServiceAccount string `toml:"service_account"`
+	// RuntimeClassName picks a RuntimeClass (gVisor, Kata) for sandbox pods.
+	RuntimeClassName string            `toml:"runtime_class_name"`
+	NodeSelector     map[string]string `toml:"node_selector"`
+	Tolerations      []Toleration      `toml:"tolerations"`
+	ImagePullSecrets []string          `toml:"image_pull_secrets"`
+	// AgentImage is a sandboxd image (images/sandboxd): an init container of it copies
+	// the agent into each sandbox pod.
+	AgentImage string `toml:"agent_image"`
+	// ImagePullPolicy of sandbox and agent containers: "" = Kubernetes' default,
+	// "Always", "IfNotPresent" or "Never" (images loaded on the nodes).
+	ImagePullPolicy string `toml:"image_pull_policy"`
+	// DefaultCPURequest and DefaultMemoryRequest are what the scheduler reserves for a
+	// sandbox that asks for no resourceRequests (its limits stay [docker] default_*).
+	DefaultCPURequest    string `toml:"default_cpu_request"`
+	DefaultMemoryRequest string `toml:"default_memory_request"`
+	// APITimeout bounds each non-streaming call to the API server.
+	APITimeout Duration `toml:"api_timeout"`
+	// LeaseName is the coordination.k8s.io Lease through which one replica at a time
+	// reaps and fills pools.
+	LeaseName string `toml:"lease_name"`
+}
+
+// Toleration is one toleration of sandbox pods, as in a pod spec.
+type Toleration struct {
+	Key      string `toml:"key"`
+	Operator string `toml:"operator"` // "Equal" (default) or "Exists"
+	Value    string `toml:"value"`
+	Effect   string `toml:"effect"` // "", "NoSchedule", "PreferNoSchedule" or "NoExecute"
 }
 
 // Storage is the [storage] section: what sandboxes may mount.
@@ -240,6 +286,14 @@ func Default() Config {
 			LogMaxSize:      "10m",
 			LogMaxFiles:     3,
 			AgentTransport:  "auto",
+		},
+		Kubernetes: Kubernetes{
+			Namespace:            "sandboxd",
+			AgentImage:           "sandboxd:latest",
+			DefaultCPURequest:    "100m",
+			DefaultMemoryRequest: "128Mi",
+			APITimeout:           Duration{60 * time.Second},
+			LeaseName:            "sandboxd-leader",
 		},
 		Lifecycle: Lifecycle{ReaperInterval: Duration{5 * time.Second}},
 		Store:     Store{Dir: "~/.sandboxd"},

@@ -129,6 +129,22 @@ access = false
 type = "docker"
 agent_binaries = { "linux/arm64" = "/opt/sandboxd/sandboxd-linux-arm64" }
 
+[kubernetes]
+kubeconfig_path = "/etc/sandboxd/kubeconfig"
+context = "prod"
+namespace = "sandboxes"
+service_account = "sandbox"
+runtime_class_name = "gvisor"
+node_selector = { pool = "sandboxes" }
+tolerations = [{ key = "sandboxes", operator = "Exists", effect = "NoSchedule" }]
+image_pull_secrets = ["regcred"]
+agent_image = "registry.example.com/sandboxd:1.0"
+image_pull_policy = "IfNotPresent"
+default_cpu_request = "250m"
+default_memory_request = "256Mi"
+api_timeout = "20s"
+lease_name = "sandboxd-prod"
+
 [docker]
 host = "unix:///run/docker.sock"
 network_mode = "none"
@@ -217,6 +233,22 @@ func TestLoadEveryKey(t *testing.T) {
 			LogMaxFiles:      2,
 			DiskLimit:        "5G",
 			AgentTransport:   "exec",
+		},
+		Kubernetes: Kubernetes{
+			Kubeconfig:           "/etc/sandboxd/kubeconfig",
+			Context:              "prod",
+			Namespace:            "sandboxes",
+			ServiceAccount:       "sandbox",
+			RuntimeClassName:     "gvisor",
+			NodeSelector:         map[string]string{"pool": "sandboxes"},
+			Tolerations:          []Toleration{{Key: "sandboxes", Operator: "Exists", Effect: "NoSchedule"}},
+			ImagePullSecrets:     []string{"regcred"},
+			AgentImage:           "registry.example.com/sandboxd:1.0",
+			ImagePullPolicy:      "IfNotPresent",
+			DefaultCPURequest:    "250m",
+			DefaultMemoryRequest: "256Mi",
+			APITimeout:           Duration{20 * time.Second},
+			LeaseName:            "sandboxd-prod",
 		},
 		Storage: Storage{
 			AllowedHostPaths: []string{"/srv/data"},
@@ -333,7 +365,6 @@ redis.enabled = false
 		t.Fatal(err)
 	}
 	want := []string{
-		"kubernetes",
 		"log.file_enabled",
 		"log.file_path",
 		"renew_intent",
@@ -446,7 +477,18 @@ func TestLoadValidation(t *testing.T) {
 		{`docker.agent_transport = "direct"`, []string{`docker.agent_transport: must be "auto" or "exec", got "direct"`}},
 		{`docker.disk_limit = "10 GB of disk"`, []string{`docker.disk_limit: must be a size such as "10G" or "" (no limit), got "10 GB of disk"`}},
 		{`log.level = "TRACE"`, []string{`log.level: must be DEBUG, INFO, WARN or ERROR, got "TRACE"`}},
-		{`runtime.type = "kubernetes"`, []string{`runtime.type: "kubernetes" is not supported; the only runtime is "docker"`}},
+		{`runtime.type = "podman"`, []string{`runtime.type: "podman" is not supported; use "docker" or "kubernetes"`}},
+		{"runtime.type = \"kubernetes\"\n[kubernetes]\nnamespace = \"Sandboxes\"\nagent_image = \"\"\nkubeconfig_path = \"kc\"\nimage_pull_policy = \"always\"\n" +
+			"default_cpu_request = \"a lot\"\napi_timeout = 0\ntolerations = [{ operator = \"Exists\", value = \"x\", effect = \"NoWay\" }]", []string{
+			`kubernetes.namespace: "Sandboxes" is not a Kubernetes name (lower-case letters, digits and '-', at most 63)`,
+			`kubernetes.agent_image: must name a sandboxd image (images/sandboxd), which copies the agent into each pod`,
+			`kubernetes.kubeconfig_path: "kc" is not an absolute path (~/ is allowed)`,
+			`kubernetes.image_pull_policy: must be "", "Always", "IfNotPresent" or "Never", got "always"`,
+			`kubernetes.default_cpu_request: must be a quantity such as "100m", got "a lot"`,
+			`kubernetes.api_timeout: must be positive`,
+			`kubernetes.tolerations[0].value: must be empty with operator "Exists"`,
+			`kubernetes.tolerations[0].effect: must be "", "NoSchedule", "PreferNoSchedule" or "NoExecute", got "NoWay"`,
+		}},
 		{`runtime.agent_binaries = { "linux/arm64" = "bin/sandboxd", "arm64" = "/bin/sandboxd" }`, []string{
 			`runtime.agent_binaries.arm64: "arm64" is not a sandbox platform such as "linux/arm64"`,
 			`runtime.agent_binaries.linux/arm64: "bin/sandboxd" is not an absolute path (~/ is allowed)`,

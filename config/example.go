@@ -110,7 +110,7 @@ level = "INFO"
 access = true
 
 [runtime]
-# Where sandboxes run. Only "docker" is supported.
+# Where sandboxes run: "docker", or "kubernetes" (pods; see the README's Kubernetes section).
 type = "docker"
 # The agent run inside each sandbox is a static Linux sandboxd of the image's platform.
 # Release binaries embed linux/amd64 and linux/arm64; a plain build on Linux has only its own.

@@ -125,6 +125,9 @@ func (c *Config) normalize() error {
 		}
 		c.Storage.AllowedHostPaths[i] = filepath.Clean(p)
 	}
+	if c.Kubernetes.Kubeconfig, err = expandHome(c.Kubernetes.Kubeconfig); err != nil {
+		return fmt.Errorf("kubernetes.kubeconfig_path: %w", err)
+	}
 	for plat, p := range c.Runtime.AgentBinaries {
 		p, err := expandHome(p)
 		if err != nil {

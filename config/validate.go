@@ -33,7 +33,7 @@ func (c Config) validate() error {
 
 	_, ok := parseLevel(c.Log.Level)
 	check(ok, "log.level", "must be DEBUG, INFO, WARN or ERROR, got %q", c.Log.Level)
-	check(c.Runtime.Type == "docker", "runtime.type", `%q is not supported; the only runtime is "docker"`, c.Runtime.Type)
+	check(c.Runtime.Type == "docker" || c.Runtime.Type == "kubernetes", "runtime.type", `%q is not supported; use "docker" or "kubernetes"`, c.Runtime.Type)
 	for _, plat := range slices.Sorted(maps.Keys(c.Runtime.AgentBinaries)) {
 		p := c.Runtime.AgentBinaries[plat]
 		key := "runtime.agent_binaries." + plat
@@ -60,6 +60,10 @@ func (c Config) validate() error {
 	}
 	for i, name := range d.AddCapabilities {
 		check(isCapability(name), fmt.Sprintf("docker.add_capabilities[%d]", i), "%q is not a capability name such as \"CHOWN\"", name)
+	}
+
+	if c.Runtime.Type == "kubernetes" {
+		errs = append(errs, c.Kubernetes.validate()...)
 	}
 
 	for i, p := range c.Storage.AllowedHostPaths {
@@ -114,4 +118,45 @@ func isCapability(name string) bool {
 		}
 	}
 	return true
+}
+
+// dns1123 is a Kubernetes object name (RFC 1123 label).
+var dns1123 = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// quantity is a Kubernetes resource quantity such as "100m", "1" or "128Mi".
+var quantity = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$`)
+
+func (k Kubernetes) validate() []error {
+	var errs []error
+	check := func(ok bool, key, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("kubernetes.%s: %s", key, fmt.Sprintf(format, args...)))
+		}
+	}
+	name := func(key, v string, optional bool) {
+		check((optional && v == "") || (len(v) <= 63 && dns1123.MatchString(v)), key,
+			"%q is not a Kubernetes name (lower-case letters, digits and '-', at most 63)", v)
+	}
+	name("namespace", k.Namespace, false)
+	name("lease_name", k.LeaseName, false)
+	name("service_account", k.ServiceAccount, true)
+	name("runtime_class_name", k.RuntimeClassName, true)
+	for i, s := range k.ImagePullSecrets {
+		name(fmt.Sprintf("image_pull_secrets[%d]", i), s, false)
+	}
+	check(k.AgentImage != "", "agent_image", "must name a sandboxd image (images/sandboxd), which copies the agent into each pod")
+	check(k.Kubeconfig == "" || filepath.IsAbs(k.Kubeconfig), "kubeconfig_path", "%q is not an absolute path (~/ is allowed)", k.Kubeconfig)
+	check(slices.Contains([]string{"", "Always", "IfNotPresent", "Never"}, k.ImagePullPolicy), "image_pull_policy",
+		`must be "", "Always", "IfNotPresent" or "Never", got %q`, k.ImagePullPolicy)
+	check(quantity.MatchString(k.DefaultCPURequest), "default_cpu_request", `must be a quantity such as "100m", got %q`, k.DefaultCPURequest)
+	check(quantity.MatchString(k.DefaultMemoryRequest), "default_memory_request", `must be a quantity such as "128Mi", got %q`, k.DefaultMemoryRequest)
+	check(k.APITimeout.Duration > 0, "api_timeout", "must be positive")
+	for i, t := range k.Tolerations {
+		key := fmt.Sprintf("tolerations[%d]", i)
+		check(slices.Contains([]string{"", "Equal", "Exists"}, t.Operator), key+".operator", `must be "Equal" or "Exists", got %q`, t.Operator)
+		check(t.Operator != "Exists" || t.Value == "", key+".value", `must be empty with operator "Exists"`)
+		check(slices.Contains([]string{"", "NoSchedule", "PreferNoSchedule", "NoExecute"}, t.Effect), key+".effect",
+			`must be "", "NoSchedule", "PreferNoSchedule" or "NoExecute", got %q`, t.Effect)
+	}
+	return errs
 }

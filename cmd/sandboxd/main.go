@@ -5,6 +5,7 @@
 //	sandboxd init-config [PATH] [--example docker] [--force]
 //	sandboxd version
 //	sandboxd agent                            (runs inside sandboxes)
+//	sandboxd install-agent DIR                (init container of Kubernetes sandbox pods)
 //	sandboxd egress hold|serve                (runs in egress helpers)
 //	sandboxd ls|create|exec|shell|cp|logs|renew|pause|resume|kill ...   (client; see package cli)
 package main
@@ -20,7 +21,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +52,8 @@ func main() {
 	case "agent":
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		err = agent.Main(context.Background(), args, log)
+	case "install-agent":
+		err = installAgent(args)
 	case "egress":
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		err = egress.Main(context.Background(), args, log)
@@ -151,13 +153,7 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	rt, err := docker.New(ctx, docker.Options{
-		Host: cfg.Docker.Host, APITimeout: cfg.Docker.APITimeout.Duration, Logger: log,
-		MountDir:      filepath.Join(cfg.Store.Dir, "mounts"),
-		AgentBinaries: cfg.Runtime.AgentBinaries, EmbeddedAgents: embeddedAgents(),
-		LogMaxSize: cfg.Docker.LogMaxSize, LogMaxFiles: cfg.Docker.LogMaxFiles, DiskLimit: cfg.Docker.DiskLimit,
-		AgentTransport: cfg.Docker.AgentTransport,
-	})
+	rt, err := newRuntime(ctx, cfg, log)
 	if err != nil {
 		store.Close()
 		return err
@@ -183,7 +179,7 @@ func serve(args []string) error {
 
 // listenAndServe serves the API until ctx ends, then stops intake and
 // waits for the requests in flight.
-func listenAndServe(ctx context.Context, cfg config.Config, mgr *lifecycle.Manager, rt *docker.Docker, log *slog.Logger) error {
+func listenAndServe(ctx context.Context, cfg config.Config, mgr *lifecycle.Manager, rt runtime.Runtime, log *slog.Logger) error {
 	tcp, err := net.Listen("tcp", cfg.Addr())
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr(), err)
@@ -218,8 +214,12 @@ func listenAndServe(ctx context.Context, cfg config.Config, mgr *lifecycle.Manag
 }
 
 // newManager checks the engine's storage driver and builds the Manager.
-func newManager(ctx context.Context, cfg config.Config, rt *docker.Docker, store lifecycle.Store, log *slog.Logger) (*lifecycle.Manager, error) {
-	if err := rt.CheckDiskLimit(ctx); err != nil {
+func newManager(ctx context.Context, cfg config.Config, rt runtime.Runtime, store lifecycle.Store, log *slog.Logger) (*lifecycle.Manager, error) {
+	d, ok := rt.(*docker.Docker)
+	if !ok {
+		return lifecycle.New(cfg, rt, store, log)
+	}
+	if err := d.CheckDiskLimit(ctx); err != nil {
 		if !errors.Is(err, runtime.ErrUnavailable) {
 			return nil, err
 		}

@@ -100,6 +100,20 @@ func IsBulk(req *http.Request) bool {
 	return false
 }
 
+// Ping checks that the agent at the other end answers.
+func (c *Client) Ping(ctx context.Context) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/ping", nil)
+	resp, err := c.transport.RoundTrip(req)
+	if err != nil {
+		return fmt.Errorf("did not answer: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("answered its ping with %s", resp.Status)
+	}
+	return nil
+}
+
 // Done is closed when the session ends: the agent exited or was killed, or
 // Close was called.
 func (c *Client) Done() <-chan struct{} { return c.session.CloseChan() }

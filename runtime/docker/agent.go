@@ -2,23 +2,19 @@ package docker
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
-	"golang.org/x/time/rate"
 
 	"github.com/sandboxd/sandboxd/runtime/agent"
 )
@@ -132,72 +128,16 @@ func (a *agentVolume) fill(ctx context.Context, d *Docker, helperID string) erro
 	return wrap(err, "copy agent into volume %s", a.name())
 }
 
-// agentSession is one running agent: a yamux session over an exec's
-// stdin/stdout, or straight to its daemon (direct.go).
-type agentSession struct {
-	// start serialises starts for one container; a channel, so that a
-	// caller waiting for another's start can give up.
-	start  chan struct{}
-	client *agent.Client
-	// logLimit bounds the agent's stderr lines sandboxd logs, across
-	// restarts of the agent: sandbox code can write there.
-	logLimit *rate.Limiter
-}
-
-func (s *agentSession) alive() bool {
-	if s.client == nil {
-		return false
-	}
-	select {
-	case <-s.client.Done():
-		return false
-	default:
-		return true
-	}
-}
-
-func (s *agentSession) close() {
-	if s.client != nil {
-		s.client.Close()
-	}
-}
-
 // Agent implements runtime.Runtime. It starts the agent on first use and
-// again whenever it died (killed from inside, OOM, container restart).
+// again whenever it died (killed from inside, OOM, container restart): a
+// yamux session over an exec's stdin/stdout, or straight to its daemon
+// (direct.go).
 func (d *Docker) Agent(ctx context.Context, id string) (http.RoundTripper, error) {
-	d.mu.Lock()
-	s := d.sessions[id]
-	if s == nil {
-		s = &agentSession{start: make(chan struct{}, 1), logLimit: rate.NewLimiter(agentLogRate, agentLogBurst)}
-		d.sessions[id] = s
-	}
-	d.mu.Unlock()
-
-	select {
-	case s.start <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("start agent in %s: wait for another start: %w", id, ctx.Err())
-	}
-	defer func() { <-s.start }()
-	if s.alive() {
-		return s.client.Transport(), nil
-	}
-	client, err := d.connectAgent(ctx, id)
+	client, err := d.sessions.Get(ctx, id, func(ctx context.Context) (*agent.Client, error) { return d.connectAgent(ctx, id) })
 	if err != nil {
 		return nil, err
 	}
-	s.client = client
 	return client.Transport(), nil
-}
-
-func (d *Docker) dropSession(id string) {
-	d.mu.Lock()
-	s := d.sessions[id]
-	delete(d.sessions, id)
-	d.mu.Unlock()
-	if s != nil {
-		s.close()
-	}
 }
 
 // agentStartTimeout bounds an agent's start: exec create and start, and
@@ -272,7 +212,7 @@ func (d *Docker) attachAgent(id, execID string) (*agent.Client, error) {
 		conn.Close()
 		return nil, fmt.Errorf("agent session in %s: %w", id, err)
 	}
-	if err := pingAgent(context.Background(), client); err != nil {
+	if err := client.Ping(context.Background()); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("agent in %s %w", id, err)
 	}
@@ -282,78 +222,7 @@ func (d *Docker) attachAgent(id, execID string) (*agent.Client, error) {
 // agentLog returns a writer that logs the agent's stderr line by line, at
 // most as fast as the sandbox's limiter allows.
 func (d *Docker) agentLog(id string) io.WriteCloser {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	limit := rate.NewLimiter(agentLogRate, agentLogBurst)
-	if s := d.sessions[id]; s != nil {
-		limit = s.logLimit
-	}
-	return &lineLogger{log: d.log.With("container", id), limit: limit}
-}
-
-// Lines of an agent's stderr logged per second, and in a burst.
-const (
-	agentLogRate  = 10
-	agentLogBurst = 100
-)
-
-// maxLogLine bounds the unterminated line kept between writes: a longer
-// one is logged in pieces.
-const maxLogLine = 64 << 10
-
-// lineLogger logs each line written to it as a warning: the agent writes
-// on stderr only its warnings and errors, and those of its daemon. The exec
-// stream's reader writes to it, so it needs no goroutine of its own.
-type lineLogger struct {
-	log     *slog.Logger
-	partial []byte
-	limit   *rate.Limiter
-	dropped atomic.Int64 // lines not logged and not yet reported
-}
-
-func (l *lineLogger) Write(p []byte) (int, error) {
-	n := len(p)
-	for {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			break
-		}
-		l.emit(append(l.partial, p[:i]...))
-		p = p[i+1:]
-	}
-	l.partial = append(l.partial, p...)
-	if len(l.partial) >= maxLogLine {
-		l.emit(l.partial)
-	}
-	return n, nil
-}
-
-// emit logs line, or counts it when over the rate, and empties the
-// partial line.
-func (l *lineLogger) emit(line []byte) {
-	if l.limit.Allow() {
-		l.log.Warn("agent", "line", string(line))
-	} else if l.dropped.Add(1) == 1 {
-		// The count is reported a second after the first drop: at most
-		// one line a second for a flood, and seen even if it ends.
-		time.AfterFunc(time.Second, l.reportDropped)
-	}
-	l.partial = l.partial[:0]
-}
-
-func (l *lineLogger) reportDropped() {
-	if n := l.dropped.Swap(0); n > 0 {
-		l.log.Warn("agent log lines dropped (over the rate limit)", "dropped", n)
-	}
-}
-
-// Close logs an unterminated last line and what was dropped.
-func (l *lineLogger) Close() error {
-	if len(l.partial) > 0 {
-		l.emit(l.partial)
-	}
-	l.reportDropped()
-	return nil
+	return agent.NewStderrLog(d.log.With("container", id), d.sessions.LogLimit(id))
 }
 
 // execConn adapts a hijacked exec attach to an io.ReadWriteCloser: reads

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/sandboxd/sandboxd/runtime/agent"
 )
@@ -96,18 +95,4 @@ func (d *Docker) runningPid(ctx context.Context, id string) (int, error) {
 		return 0, fmt.Errorf("container %s is paused", id)
 	}
 	return info.State.Pid, nil
-}
-
-// pingAgent checks that the agent at the other end of client answers.
-func pingAgent(ctx context.Context, client *agent.Client) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/ping", nil)
-	resp, err := client.Transport().RoundTrip(req)
-	if err != nil {
-		return fmt.Errorf("did not answer: %w", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("answered its ping with %s", resp.Status)
-	}
-	return nil
 }

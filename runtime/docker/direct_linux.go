@@ -55,7 +55,7 @@ func (d *Docker) dialDirect(ctx context.Context, id string) (*agent.Client, erro
 		<-client.Done()
 		ns.Close()
 	}()
-	if err := pingAgent(cctx, client); err != nil {
+	if err := client.Ping(cctx); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("agent in %s %w", id, err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/agent"
 )
 
 // Options configure the Docker runtime.
@@ -65,8 +66,7 @@ type Docker struct {
 	logMu     ctxLock
 	logDriver string // the daemon's log driver, once known
 
-	mu       sync.Mutex
-	sessions map[string]*agentSession // by container id
+	sessions *agent.Sessions // by container id
 
 	engineMu         sync.Mutex
 	enginePathsKnown []string // the engine's own host paths, once known
@@ -126,7 +126,7 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		timeout:  opts.APITimeout,
 		log:      opts.Logger,
 		opts:     opts,
-		sessions: map[string]*agentSession{},
+		sessions: agent.NewSessions(),
 		mountDir: opts.MountDir,
 		freezer:  newFreezer(),
 		gates:    gates{grace: transferGrace},
@@ -502,7 +502,7 @@ const (
 // not receive an exit event") although the container does exit, so a
 // refused removal is tried again; a container already gone is removed.
 func (d *Docker) Remove(ctx context.Context, id string) error {
-	d.dropSession(id)
+	d.sessions.Drop(id)
 	end, err := d.gates.acquire(ctx, id)
 	if err != nil {
 		return wrap(err, "remove container %s", id)
@@ -787,12 +787,7 @@ func (d *Docker) RemoveVolume(ctx context.Context, name string) error {
 
 // Close implements runtime.Runtime.
 func (d *Docker) Close() error {
-	d.mu.Lock()
-	for id, s := range d.sessions {
-		s.close()
-		delete(d.sessions, id)
-	}
-	d.mu.Unlock()
+	d.sessions.Close()
 	return d.cli.Close()
 }
 

@@ -1,0 +1,144 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandboxd/sandboxd/runtime/egress"
+)
+
+// ErrDomainRules refuses what a NetworkPolicy cannot say.
+var ErrDomainRules = errors.New("domain rules need the Docker runtime's egress helper (a NetworkPolicy matches addresses only); use IP or CIDR rules on Kubernetes")
+
+// networkPolicy returns the NetworkPolicy enforcing pol on pod: all
+// ingress denied (sandboxes are reached over exec, never their IP) and
+// egress only where pol allows. A NetworkPolicy lists what is allowed, so
+// a deny rule is kept only where it lies inside the allowed address
+// ranges (as an except); domain rules cannot be expressed at all. nil pol
+// denies all egress.
+func networkPolicy(pod *corev1.Pod, pol *egress.Policy) (*networkingv1.NetworkPolicy, error) {
+	spec := networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{labelPod: pod.Name}},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+	}
+	if pol != nil {
+		rules, err := egressRules(*pol)
+		if err != nil {
+			return nil, err
+		}
+		spec.Egress = rules
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace,
+			Labels: map[string]string{labelManagedBy: managedBy, labelPod: pod.Name},
+		},
+		Spec: spec,
+	}, nil
+}
+
+// egressRules maps pol's rules, in order (the first match wins), onto
+// allowed address blocks.
+func egressRules(pol egress.Policy) ([]networkingv1.NetworkPolicyEgressRule, error) {
+	type block struct {
+		cidr   netip.Prefix
+		except []netip.Prefix
+	}
+	var allowed []block
+	var denied []netip.Prefix // deny rules seen so far
+	for _, r := range pol.Egress {
+		p, err := prefix(r.Target)
+		if err != nil {
+			return nil, err
+		}
+		if r.Action == egress.Allow {
+			b := block{cidr: p}
+			for _, d := range denied {
+				switch {
+				case d.Bits() >= p.Bits() && p.Contains(d.Addr()):
+					b.except = append(b.except, d) // an earlier deny inside it
+				case d.Overlaps(p):
+					return nil, fmt.Errorf("networkPolicy: deny %s before allow %s cannot be expressed as a NetworkPolicy", d, p)
+				}
+			}
+			allowed = append(allowed, b)
+		} else {
+			denied = append(denied, p)
+		}
+	}
+	if pol.DefaultAction == egress.Allow {
+		for _, all := range []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")} {
+			b := block{cidr: all}
+			for _, d := range denied {
+				if d.Addr().Is4() == all.Addr().Is4() {
+					b.except = append(b.except, d)
+				}
+			}
+			allowed = append(allowed, b)
+		}
+	}
+	var peers []networkingv1.NetworkPolicyPeer
+	for _, b := range allowed {
+		ib := &networkingv1.IPBlock{CIDR: b.cidr.String()}
+		for _, e := range b.except {
+			ib.Except = append(ib.Except, e.String())
+		}
+		peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: ib})
+	}
+	if len(peers) == 0 {
+		return nil, nil
+	}
+	return []networkingv1.NetworkPolicyEgressRule{{To: peers}}, nil
+}
+
+// prefix is a rule's target as an address block; a domain is an error.
+func prefix(target string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(target); err == nil {
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	if p, err := netip.ParsePrefix(target); err == nil {
+		return p.Masked(), nil
+	}
+	return netip.Prefix{}, fmt.Errorf("networkPolicy target %q: %w", target, ErrDomainRules)
+}
+
+// createPolicy creates the NetworkPolicy of pod (not yet created) for pol.
+func (k *Kubernetes) createPolicy(ctx context.Context, pod *corev1.Pod, pol *egress.Policy) (*networkingv1.NetworkPolicy, error) {
+	np, err := networkPolicy(pod, pol)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := k.call(ctx)
+	defer cancel()
+	created, err := k.cs.NetworkingV1().NetworkPolicies(k.opts.Namespace).Create(cctx, np, metav1.CreateOptions{})
+	return created, wrap(err, "create network policy %s", np.Name)
+}
+
+// ownPolicy makes pod the owner of np, so that the garbage collector
+// deletes np with it.
+func (k *Kubernetes) ownPolicy(ctx context.Context, np *networkingv1.NetworkPolicy, pod *corev1.Pod) error {
+	yes := true
+	np = np.DeepCopy()
+	np.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: &yes}}
+	cctx, cancel := k.call(ctx)
+	defer cancel()
+	_, err := k.cs.NetworkingV1().NetworkPolicies(k.opts.Namespace).Update(cctx, np, metav1.UpdateOptions{})
+	return wrap(err, "own network policy %s", np.Name)
+}
+
+// deletePolicy deletes the NetworkPolicy of a pod, if it has one.
+func (k *Kubernetes) deletePolicy(ctx context.Context, name string) {
+	cctx, cancel := k.call(ctx)
+	defer cancel()
+	err := k.cs.NetworkingV1().NetworkPolicies(k.opts.Namespace).Delete(cctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		k.log.Warn("delete network policy", "name", name, "err", err)
+	}
+}
