@@ -87,7 +87,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	status := kindStatus[e.Kind]
 	if status >= 500 {
-		s.log.Error("request failed", "request_id", lifecycle.RequestID(r.Context()), "path", r.URL.Path, "code", e.Code, "err", err)
+		s.log.Error("request failed", "request_id", lifecycle.RequestID(r.Context()), "path", r.URL.Path, "code", lifecycle.WireCode(e.Code, s.mgr.Engine()), "err", err)
 	}
 	s.refuse(w, r, status, e.Code, e.Message)
 }

@@ -171,3 +171,46 @@ func TestFollowerServes(t *testing.T) {
 	e.rt.Grant()
 	<-listed // the leader's reconcile lists the sandboxes
 }
+
+// TestTakeoverSparesCreatesInFlight: a replica that starts to lead while it
+// serves a create reconciles around it: the create's half-made sandbox is
+// not removed as one left by a crash.
+func TestTakeoverSparesCreatesInFlight(t *testing.T) {
+	e := newClusterEnv(t)
+	e.rt.Fake().SetAgent(agentEcho)
+	e.rt.Revoke()
+	e.m.Start()
+	t.Cleanup(func() { e.m.Shutdown(context.Background()) })
+	waitPhase(t, e.m, PhaseServing)
+
+	// The create waits in the engine for its agent, its sandbox made.
+	inAgent, agentRelease := make(chan string, 8), make(chan struct{})
+	e.rt.Fake().Hook("Agent", hold(inAgent, "Agent", agentRelease))
+	created := make(chan createResult, 1)
+	go func() {
+		sb, err := e.m.Create(context.Background(), validRequest())
+		created <- createResult{sb, err}
+	}()
+	<-inAgent
+
+	// Leading, the replica reconciles and sweeps (each lists sandboxes).
+	lists := make(chan struct{}, 16)
+	e.rt.Fake().Hook("List", func(context.Context, string) error {
+		lists <- struct{}{}
+		return nil
+	})
+	e.rt.Grant()
+	for range 3 { // reconcile's list, its records, the sweep's records
+		<-lists
+	}
+	e.rt.Fake().Hook("List", nil)
+	e.rt.Fake().Hook("Agent", nil)
+	close(agentRelease)
+	res := <-created
+	if res.err != nil {
+		t.Fatalf("the create in flight at takeover failed: %v", res.err)
+	}
+	if _, err := e.m.Get(context.Background(), res.sb.ID); err != nil {
+		t.Fatalf("the create in flight at takeover lost its sandbox: %v", err)
+	}
+}

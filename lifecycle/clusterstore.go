@@ -38,8 +38,9 @@ type clusterStore struct {
 	// A record is written before its sandbox exists (state creating);
 	// until the sandbox has one, it is held here. A restart loses it,
 	// which is what reconciling would do with a half-made sandbox anyway.
-	mu      sync.Mutex
-	pending map[string]*Record // by sandbox id
+	mu       sync.Mutex
+	pending  map[string]*Record // by sandbox id
+	instance string             // once known
 }
 
 func bounded[T any](fn func(context.Context) (T, error)) (T, error) {
@@ -59,11 +60,20 @@ func noRecord(err error) error {
 // InstanceID implements Store: every replica gets the same one, derived
 // from a cluster secret, so they see each other's sandboxes.
 func (s *clusterStore) InstanceID() (string, error) {
+	s.mu.Lock()
+	known := s.instance
+	s.mu.Unlock()
+	if known != "" {
+		return known, nil
+	}
 	b, err := s.Secret("instance-id")
 	if err != nil {
 		return "", err
 	}
-	return hex.EncodeToString(b[:4]), nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.instance = hex.EncodeToString(b[:4])
+	return s.instance, nil
 }
 
 // Secret implements Store with the cluster's secret: a token one replica

@@ -1,6 +1,8 @@
 // Package lifecycle owns sandbox state: creation, expiry and reaping,
-// recovery after a restart, metadata, snapshots and the way into a
-// sandbox's agent. It drives containers only through runtime.Runtime.
+// recovery after a restart, metadata, snapshots, pools and the way into a
+// sandbox's agent, as services the Manager wires (see Manager). It speaks
+// of sandboxes, not containers, and drives them only through
+// runtime.Runtime and the optional capabilities a runtime may have.
 package lifecycle
 
 import (

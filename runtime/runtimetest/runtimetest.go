@@ -1,6 +1,8 @@
 // Package runtimetest provides an in-memory runtime.Runtime for the unit
 // tests of the packages above runtime, as net/http/httptest does for HTTP
-// servers: enough of Docker to drive lifecycle and api without a daemon.
+// servers: enough of Docker to drive lifecycle and api without a daemon,
+// with every capability (Runtime). Cluster is a second runtime over the same
+// sandboxes shaped like a Kubernetes one: the core, records and a lease.
 // Only tests import it.
 package runtimetest
 
