@@ -376,3 +376,61 @@ func TestEgressStats(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressUpstreams: the daemon's resolvers are the configured ones,
+// else Docker's embedded resolver on an operator's network, else the
+// host's as the engine gives them to its default network, asked once.
+func TestEgressUpstreams(t *testing.T) {
+	for _, c := range []struct {
+		mode   string
+		ups    []string
+		want   []string
+		probes int
+	}{
+		{"", nil, []string{"192.0.2.53:53"}, 1},
+		{"bridge", nil, []string{"192.0.2.53:53"}, 1},
+		{"mynet", nil, []string{embeddedResolver}, 0},
+		{"", []string{"198.51.100.53"}, []string{"198.51.100.53"}, 0},
+	} {
+		e := newEnv(t, func(cfg *config.Config) {
+			cfg.Docker.NetworkMode = c.mode
+			cfg.Egress.DNSUpstream = c.ups
+		})
+		f := &egressFake{Runtime: e.rt}
+		e.m.rt = f
+		req := validRequest()
+		req.NetworkPolicy = &NetworkPolicy{DefaultAction: "deny"}
+		for range 2 {
+			sb, _ := e.create(t, req)
+			if rec, _ := e.store.Sandbox(sb.ID); !slices.Equal(rec.EgressUpstreams, c.want) {
+				t.Errorf("network_mode %q, dns_upstream %v: upstreams %v, want %v", c.mode, c.ups, rec.EgressUpstreams, c.want)
+			}
+		}
+		f.mu.Lock()
+		probes := f.probes
+		f.mu.Unlock()
+		if probes != c.probes {
+			t.Errorf("network_mode %q, dns_upstream %v: %d probes, want %d", c.mode, c.ups, probes, c.probes)
+		}
+	}
+}
+
+// TestSweepEgress: a policed sandbox left without a daemon (its
+// re-application failed at start-up) gets one at the next sweep.
+func TestSweepEgress(t *testing.T) {
+	e := newEnv(t, nil)
+	f := &egressFake{Runtime: e.rt}
+	e.m.rt = f
+	req := validRequest()
+	req.NetworkPolicy = &NetworkPolicy{DefaultAction: "deny"}
+	sb, _ := e.create(t, req)
+	e.m.egress.drop(sb.ID) // as after a restart of sandboxd
+	e.m.Sweep(context.Background())
+	if starts, pushed := f.state(); starts != 2 || len(pushed) != 2 {
+		t.Errorf("after a sweep: %d daemon starts, %d pushes; want 2 and 2", starts, len(pushed))
+	}
+	e.m.Sweep(context.Background())
+	if starts, _ := f.state(); starts != 2 {
+		t.Errorf("a sweep restarted a live daemon: %d starts", starts)
+	}
+}
