@@ -11,9 +11,12 @@ import (
 )
 
 // proxyTransport returns the agent transport a proxied request goes
-// through. Uploads and downloads of a sandbox that runs no process (nil
-// transport from FilesTransport) are served here with Docker's archive API;
-// then, or on an error, it returns nil having answered (or with the error).
+// through. Uploads and downloads are served here: of a sandbox that runs
+// no process (nil transport from FilesTransport) with Docker's archive
+// API, of a running one through its agent (an upload's form is read here
+// when the transport writes files one by one; otherwise it is proxied to
+// the agent as it is). Then, or on an error, it returns nil having
+// answered (or with the error).
 func (s *Server) proxyTransport(w http.ResponseWriter, r *http.Request, id string, port int, rest string) (http.RoundTripper, error) {
 	upload := r.Method == http.MethodPost && rest == "/files/upload"
 	download := (r.Method == http.MethodGet || r.Method == http.MethodHead) && rest == "/files/download"
@@ -26,11 +29,11 @@ func (s *Server) proxyTransport(w http.ResponseWriter, r *http.Request, id strin
 		return nil, err
 	case rt != nil && download:
 		s.proxyDownload(w, r, id, rt)
-		return nil, nil
+	case upload && (rt == nil || lifecycle.WritesFiles(rt)):
+		s.handleUpload(w, r, id, rt)
 	case rt != nil:
+		// The agent reads the form itself.
 		return rt, nil
-	case upload:
-		s.handleUpload(w, r, id)
 	default:
 		s.handleDownload(w, r, id)
 	}
@@ -71,9 +74,10 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, id strin
 	}
 }
 
-// handleUpload writes an execd upload into a stopped sandbox.
-func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, id string) {
-	if err := s.mgr.PutUpload(r.Context(), id, r); err != nil {
+// handleUpload writes an execd upload into a sandbox through rt, or into
+// a stopped sandbox (rt nil).
+func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, id string, rt http.RoundTripper) {
+	if err := s.mgr.PutUpload(r.Context(), id, r, rt); err != nil {
 		s.fail(w, r, err)
 		return
 	}

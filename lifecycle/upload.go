@@ -20,35 +20,117 @@ const maxRecordedPrefix = 72 << 10
 const maxReadBuffer = 256 << 10
 
 // PutUpload writes the files of an execd upload form, the body of r, into
-// a stopped sandbox (see FilesTransport) with PutFile. The form is read by
-// the agent's own parser, so both paths accept and refuse the same forms.
-func (m *Manager) PutUpload(ctx context.Context, id string, r *http.Request) error {
-	_, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	boundary := params["boundary"]
+// sandbox id, one by one as they arrive: through rt, the transport
+// FilesTransport returned, when it writes files itself (WritesFiles), or,
+// when rt is nil (a stopped sandbox), with Docker's archive API. The form
+// is read here, by the agent's parser, the one parser of uploads (the
+// agent uses it too, when a transport that cannot write files passes it
+// the form), so every path accepts and refuses the same forms.
+func (m *Manager) PutUpload(ctx context.Context, id string, r *http.Request, rt http.RoundTripper) error {
+	var sink fileSink = &archiveSink{m: m, id: id}
+	if fw, ok := rt.(agent.FileWriter); ok {
+		sink = agentSink{fw}
+	}
 	// multipart reads 4 KiB at a time: a larger buffer below it saves a
 	// system call per 4 KiB of a large upload.
 	buffered := bufio.NewReaderSize(r.Body, int(min(uint64(r.ContentLength), maxReadBuffer)))
-	prefix := &prefixRecorder{r: buffered, limit: maxRecordedPrefix}
-	r.Body = io.NopCloser(prefix)
+	sink.start(r, buffered)
 	err := agent.ReadUpload(r, "", func(meta agent.UploadMeta, part int, content io.Reader) error {
-		fm := FileMeta{Path: meta.Path, Mode: meta.Mode, Owner: nonEmpty(meta.Owner), Group: nonEmpty(meta.Group)}
-		// A client that sent Content-Length has told us the size of its
-		// last part, which lets the file stream straight into the sandbox
-		// instead of being spooled first.
-		if size, ok := lastPartSize(prefix.buf, boundary, r.ContentLength, part); ok {
-			content = &Announced{Reader: content, Size: size}
-		}
-		return m.PutFile(ctx, id, fm, content)
+		return sink.put(ctx, meta, part, content)
 	})
 	var uerr *agent.UploadError
 	if errors.As(err, &uerr) {
-		kind := KindInvalid
-		if uerr.Status >= 500 {
-			kind = KindInternal
-		}
-		return &Error{Kind: kind, Code: uerr.Code, Message: uerr.Message}
+		return uploadError(uerr)
 	}
 	return err
+}
+
+// WritesFiles says whether rt, a sandbox's files transport, writes an
+// upload's files itself (then the api hands it the upload, PutUpload).
+func WritesFiles(rt http.RoundTripper) bool {
+	_, ok := rt.(agent.FileWriter)
+	return ok
+}
+
+func uploadError(uerr *agent.UploadError) error {
+	kind := KindInvalid
+	if uerr.Status >= 500 {
+		kind = KindInternal
+	}
+	return &Error{Kind: kind, Code: uerr.Code, Message: uerr.Message}
+}
+
+// fileSink is where the files of an upload go: the sandbox's agent, or
+// Docker's archive API.
+type fileSink interface {
+	// start sees the request before its form is read; body is what the
+	// form will be read from (and r.Body afterwards).
+	start(r *http.Request, body io.Reader)
+	// put writes one file, the index-th part of the form.
+	put(ctx context.Context, meta agent.UploadMeta, index int, content io.Reader) error
+}
+
+// agentSink writes each file through the agent, which is given its data
+// as it arrives, whatever its size: nothing is spooled.
+type agentSink struct{ fw agent.FileWriter }
+
+func (agentSink) start(r *http.Request, body io.Reader) { r.Body = io.NopCloser(body) }
+
+func (s agentSink) put(ctx context.Context, meta agent.UploadMeta, _ int, content io.Reader) error {
+	src := &readErr{r: content}
+	err := s.fw.WriteFile(ctx, meta, src)
+	var uerr *agent.UploadError
+	switch {
+	case err == nil:
+		return nil
+	case src.err != nil:
+		return &Error{Kind: KindInvalid, Code: CodeInvalidFile, Message: "read upload of " + meta.Path, Err: src.err}
+	case errors.As(err, &uerr):
+		return uploadError(uerr)
+	}
+	return &Error{Kind: KindUnavailable, Code: CodeAgentFailed, Message: "upload of " + meta.Path + " through the agent failed", Err: err}
+}
+
+// readErr keeps what its reader failed with: the client's fault, unlike
+// what fails after.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (r *readErr) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		r.err = err
+	}
+	return n, err
+}
+
+// archiveSink writes each file into a stopped sandbox with PutFile. A tar
+// header needs the file's size up front: when the client sent a
+// Content-Length it tells the size of the last part, which then streams
+// straight into the sandbox instead of being spooled first.
+type archiveSink struct {
+	m        *Manager
+	id       string
+	boundary string
+	total    int64
+	prefix   *prefixRecorder
+}
+
+func (s *archiveSink) start(r *http.Request, body io.Reader) {
+	_, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	s.boundary, s.total = params["boundary"], r.ContentLength
+	s.prefix = &prefixRecorder{r: body, limit: maxRecordedPrefix}
+	r.Body = io.NopCloser(s.prefix)
+}
+
+func (s *archiveSink) put(ctx context.Context, meta agent.UploadMeta, index int, content io.Reader) error {
+	fm := FileMeta{Path: meta.Path, Mode: meta.Mode, Owner: nonEmpty(meta.Owner), Group: nonEmpty(meta.Group)}
+	if size, ok := lastPartSize(s.prefix.buf, s.boundary, s.total, index); ok {
+		content = &Announced{Reader: content, Size: size}
+	}
+	return s.m.PutFile(ctx, s.id, fm, content)
 }
 
 func nonEmpty(s string) *string {

@@ -2,9 +2,17 @@ package lifecycle
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"io"
 	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
+
+	"github.com/sandboxd/sandboxd/runtime/agent"
 )
 
 func TestLastPartSize(t *testing.T) {
@@ -50,5 +58,78 @@ func TestLastPartSize(t *testing.T) {
 		if size, ok := lastPartSize([]byte(node[:400]), tt.boundary, tt.total, 1); ok {
 			t.Errorf("%s: lastPartSize = %d, true; want no size", tt.name, size)
 		}
+	}
+}
+
+// fileWriter is a transport that writes files one by one, as an agent
+// with bulk connections does.
+type fileWriter struct {
+	http.RoundTripper
+	files map[string]string
+	fail  error
+}
+
+func (f *fileWriter) WriteFile(_ context.Context, meta agent.UploadMeta, content io.Reader) error {
+	data, err := io.ReadAll(content)
+	if err != nil {
+		return err
+	}
+	if f.fail != nil {
+		return f.fail
+	}
+	f.files[meta.Path] = string(data)
+	return nil
+}
+
+// uploadRequest is an execd upload form of the given parts (name,
+// filename, content), in order.
+func uploadRequest(t *testing.T, body io.Reader, parts ...[3]string) *http.Request {
+	t.Helper()
+	var buf bytes.Buffer
+	w := multipart.NewWriter(&buf)
+	for _, p := range parts {
+		pw, _ := w.CreateFormFile(p[0], p[1])
+		pw.Write([]byte(p[2]))
+	}
+	w.Close()
+	if body == nil {
+		body = &buf
+	}
+	r := httptest.NewRequest(http.MethodPost, "/files/upload", body)
+	r.Header.Set("Content-Type", w.FormDataContentType())
+	return r
+}
+
+// An upload through a transport that writes files is read here, once,
+// with the parser the archive path uses: every file arrives, in order,
+// whichever part comes first, and errors keep their execd codes.
+func TestPutUploadThroughAgent(t *testing.T) {
+	m := &Manager{}
+	fw := &fileWriter{files: map[string]string{}}
+	if !WritesFiles(fw) {
+		t.Fatal("a FileWriter transport does not write files")
+	}
+	r := uploadRequest(t, nil,
+		[3]string{"metadata", "metadata", `{"path":"/a"}`}, [3]string{"file", "a", "first"},
+		[3]string{"file", "b", "early"}, [3]string{"metadata", "metadata", `{"path":"/b"}`})
+	if err := m.PutUpload(t.Context(), "id", r, fw); err != nil {
+		t.Fatalf("PutUpload: %v", err)
+	}
+	if fw.files["/a"] != "first" || fw.files["/b"] != "early" {
+		t.Errorf("files written: %v", fw.files)
+	}
+
+	wantCode(t, m.PutUpload(t.Context(), "id", uploadRequest(t, nil, [3]string{"file", "a", "x"}), fw), KindInvalid, "INVALID_FILE_METADATA")
+	fw.fail = &agent.UploadError{Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR", Message: "read-only file system"}
+	wantCode(t, m.PutUpload(t.Context(), "id", uploadRequest(t, nil, [3]string{"metadata", "metadata", `{"path":"/c"}`}, [3]string{"file", "c", "x"}), fw), KindInternal, "RUNTIME_ERROR")
+	fw.fail = nil
+	// A client that goes away mid-file is the client's failure.
+	full := uploadRequest(t, nil, [3]string{"metadata", "metadata", `{"path":"/d"}`}, [3]string{"file", "d", strings.Repeat("x", 10000)})
+	cut, _ := io.ReadAll(full.Body)
+	half := uploadRequest(t, io.MultiReader(bytes.NewReader(cut[:len(cut)/2]), iotest.ErrReader(errors.New("client went away"))))
+	half.Header = full.Header
+	wantCode(t, m.PutUpload(t.Context(), "id", half, fw), KindInvalid, "INVALID_FILE")
+	if _, ok := fw.files["/d"]; ok {
+		t.Error("a cut upload was written")
 	}
 }

@@ -115,6 +115,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /files/search", s.searchFiles)
 	mux.HandleFunc("POST /files/replace", s.replaceInFiles)
 	mux.HandleFunc("POST /files/upload", s.upload)
+	mux.HandleFunc("POST "+UploadRoute, s.uploadByFd)
 	mux.HandleFunc("GET /files/download", s.download)
 	mux.HandleFunc("POST /directories", s.makeDirs)
 	mux.HandleFunc("DELETE /directories", s.removeDirs)

@@ -4,12 +4,15 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -215,15 +218,17 @@ func (b *bulkTransport) download(req *http.Request) (*http.Response, error) {
 	out := req.Clone(ctx)
 	out.Header.Set(FdHeader, "1")
 	err = out.Write(c)
-	var fr *fdReader
+	var file *os.File
 	var br *bufio.Reader
 	var resp *http.Response
 	if err == nil {
-		fr = &fdReader{c: c}
-		br = bufio.NewReaderSize(fr, 4<<10)
-		resp, err = http.ReadResponse(br, out)
+		var rest []byte
+		if file, rest, err = readFd(c); err == nil {
+			br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(rest), c), 4<<10)
+			resp, err = http.ReadResponse(br, out)
+		}
 	}
-	if err == nil && fr.file == nil {
+	if err == nil && file == nil {
 		// An ordinary response, read from the connection (cancelled with
 		// the request until it is closed); the connection is not reused.
 		resp.Body = &closeBoth{ReadCloser: resp.Body, c: c, stop: stop}
@@ -231,14 +236,14 @@ func (b *bulkTransport) download(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	if !stop() || err != nil {
-		if fr != nil && fr.file != nil {
-			fr.file.Close()
+		if file != nil {
+			file.Close()
 		}
 		return nil, errors.Join(ctx.Err(), err)
 	}
-	body, err := fileBody(fr.file, resp.Header.Get(FdHeader))
+	body, err := fileBody(file, resp.Header.Get(FdHeader))
 	if err != nil {
-		fr.file.Close()
+		file.Close()
 		return nil, fmt.Errorf("agent download by descriptor: %w", err)
 	}
 	resp.Header.Del(FdHeader)
@@ -253,40 +258,27 @@ func (b *bulkTransport) download(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// fdReader reads a connection, taking the descriptor that may come with
-// its first byte.
-type fdReader struct {
-	c     *net.UnixConn
-	first bool // the first read is done
-	file  *os.File
-}
-
-func (r *fdReader) Read(p []byte) (int, error) {
-	if r.first {
-		return r.c.Read(p)
-	}
-	r.first = true
+// readFd reads the start of an answer on c: the descriptor that comes
+// with fdMarker, and what else arrived with it, or no descriptor and the
+// start of an HTTP response.
+func readFd(c *net.UnixConn) (*os.File, []byte, error) {
+	buf := make([]byte, 4<<10)
 	oob := make([]byte, syscall.CmsgSpace(4))
-	n, oobn, flags, _, err := r.c.ReadMsgUnix(p, oob)
-	if oobn > 0 {
-		files, ferr := takeFds(oob[:oobn])
-		switch {
-		case ferr != nil:
-			err = ferr
-		case len(files) != 1 || flags&syscall.MSG_CTRUNC != 0 || n == 0 || p[0] != fdMarker:
-			for _, f := range files {
-				f.Close()
-			}
-			err = errors.New("the agent passed descriptors that were not asked for")
-		default:
-			r.file = files[0]
-			n = copy(p, p[1:n])
-		}
-		if err != nil {
-			return 0, err
-		}
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	if oobn == 0 {
+		return nil, buf[:n], err
 	}
-	return n, err
+	files, err := takeFds(oob[:oobn])
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(files) != 1 || flags&syscall.MSG_CTRUNC != 0 || n == 0 || buf[0] != fdMarker {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, nil, errors.New("the agent passed descriptors that were not asked for")
+	}
+	return files[0], buf[1:n], nil
 }
 
 // takeFds returns the descriptors of the control messages in oob, each
@@ -355,4 +347,129 @@ func (b *closeBoth) Close() error {
 	err := b.ReadCloser.Close()
 	b.c.Close()
 	return err
+}
+
+// Uploads by descriptor. sandboxd parses the upload form itself and, for
+// each file, sends POST UploadRoute?meta=<the file's metadata as JSON>
+// with a chunked body on a bulk connection. The daemon checks the
+// metadata, creates the parents and the temp file as for any upload, and
+// passes the temp file's descriptor (with fdMarker); sandboxd writes the
+// data into it and then sends the body "done", on which the daemon gives
+// the file its owner and mode and renames it into place, and answers. An
+// error is an ordinary response, without a descriptor. sandboxd checks
+// that it got one regular file, and only writes it.
+const UploadRoute = "/_sandboxd/upload"
+
+const uploadDone = "done"
+
+// FileWriter is a transport that writes uploaded files one by one.
+type FileWriter interface {
+	// WriteFile writes content to the file meta describes. A refusal or
+	// failure of the agent is an *UploadError; an error reading content
+	// is returned as it is.
+	WriteFile(ctx context.Context, meta UploadMeta, content io.Reader) error
+}
+
+// WriteFile implements FileWriter for a session with bulk connections.
+func (r router) WriteFile(ctx context.Context, meta UploadMeta, content io.Reader) error {
+	return r.c.bulk.(*bulkTransport).WriteFile(ctx, meta, content)
+}
+
+func (b *bulkTransport) WriteFile(ctx context.Context, meta UploadMeta, content io.Reader) error {
+	m, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	c, err := b.get(ctx)
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			c.Close()
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	// The head now, the body ("done" or nothing) once the data is written.
+	target := UploadRoute + "?" + url.Values{"meta": {string(m)}}.Encode()
+	if _, err := io.WriteString(c, "POST "+target+" HTTP/1.1\r\nHost: agent\r\n"+FdHeader+": 1\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
+		return err
+	}
+	f, rest, err := readFd(c)
+	if err != nil {
+		return err
+	}
+	if f != nil {
+		if len(rest) > 0 {
+			f.Close()
+			err = errors.New("agent upload: the agent sent more than a descriptor")
+		} else {
+			err = writeInto(f, content)
+		}
+		if err != nil {
+			return err // the daemon removes its temp file when the connection ends
+		}
+		if _, err := fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", len(uploadDone), uploadDone); err != nil {
+			return fmt.Errorf("agent upload: %w", err)
+		}
+	}
+	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(rest), c), 4<<10)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodPost})
+	if err != nil {
+		return fmt.Errorf("agent upload: %w", err)
+	}
+	defer resp.Body.Close()
+	if f == nil && resp.StatusCode == http.StatusOK {
+		return errors.New("agent upload: answered without a descriptor")
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Code, Message string }
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e); err != nil || e.Code == "" {
+			return &UploadError{resp.StatusCode, codeRuntimeError, "agent upload: " + resp.Status}
+		}
+		return &UploadError{resp.StatusCode, e.Code, e.Message}
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err == nil && f != nil && br.Buffered() == 0 && stop() {
+		ok = true
+		b.put(c)
+	}
+	return nil
+}
+
+// writeInto writes content into f, a descriptor passed by the agent, and
+// closes it.
+func writeInto(f *os.File, content io.Reader) error {
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("agent upload: the descriptor is a %v, not a regular file", fi.Mode().Type())
+	}
+	dst := &writeErr{w: f}
+	if _, err := copyFilled(dst, content); err != nil {
+		if dst.err != nil {
+			return runtimeError("error writing file: %v", err)
+		}
+		return err
+	}
+	return nil
+}
+
+// writeErr keeps what its writer failed with: unlike a failure to read the
+// upload, the agent's side.
+type writeErr struct {
+	w   io.Writer
+	err error
+}
+
+func (w *writeErr) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	if err != nil {
+		w.err = err
+	}
+	return n, err
 }

@@ -5,15 +5,18 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -85,6 +88,39 @@ func TestBulkConnections(t *testing.T) {
 	if redials.Load() == afterProbe {
 		t.Error("file transfers opened no bulk connection")
 	}
+
+	// Uploads one by one, by descriptor: the file, its mode, and errors as
+	// the multipart route gives them.
+	fw, ok := c.Transport().(FileWriter)
+	if !ok {
+		t.Fatal("a session with bulk connections writes no files")
+	}
+	q := filepath.Join(a.dir, "sub", "by-fd.bin")
+	if err := fw.WriteFile(t.Context(), UploadMeta{Path: q, permission: permission{Mode: 600}}, bytes.NewReader(data)); err != nil {
+		t.Fatalf("write by descriptor: %v", err)
+	}
+	if got, _ := os.ReadFile(q); !bytes.Equal(got, data) {
+		t.Fatalf("written %d bytes, want %d", len(got), len(data))
+	}
+	if fi, _ := os.Stat(q); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %o, want 0600", fi.Mode().Perm())
+	}
+	var uerr *UploadError
+	if err := fw.WriteFile(t.Context(), UploadMeta{Path: a.dir}, strings.NewReader("x")); !errors.As(err, &uerr) || uerr.Status != http.StatusBadRequest || uerr.Code != codeInvalidFileMetadata {
+		t.Errorf("write over a directory: %v", err)
+	}
+	boom := errors.New("client went away")
+	if err := fw.WriteFile(t.Context(), UploadMeta{Path: q}, io.MultiReader(strings.NewReader("half"), iotest.ErrReader(boom))); !errors.Is(err, boom) {
+		t.Errorf("write of a failing body: %v, want %v", err, boom)
+	}
+	if got, _ := os.ReadFile(q); !bytes.Equal(got, data) {
+		t.Error("a failed write changed the file")
+	}
+	eventually(t, "temp files removed", func() bool {
+		left, _ := filepath.Glob(filepath.Join(a.dir, "sub", ".sandboxd-upload-*"))
+		return len(left) == 0
+	})
+
 	before := redials.Load()
 	if r := a.run(t, "/command", map[string]any{"command": "true"}); r.exitCode(t) != "0" {
 		t.Fatal("command failed")
@@ -199,7 +235,7 @@ func TestDownloadByDescriptorChecks(t *testing.T) {
 		}
 		return conn(fds[0]), conn(fds[1])
 	}
-	read := func(marker byte, files ...*os.File) (*fdReader, error) {
+	read := func(marker byte, files ...*os.File) (*os.File, error) {
 		a, b := pair()
 		defer a.Close()
 		defer b.Close()
@@ -210,29 +246,33 @@ func TestDownloadByDescriptorChecks(t *testing.T) {
 		if _, _, err := a.WriteMsgUnix([]byte{marker, 'H'}, syscall.UnixRights(fds...), nil); err != nil {
 			t.Fatal(err)
 		}
-		r := &fdReader{c: b}
-		_, err := r.Read(make([]byte, 16))
-		return r, err
+		f, rest, err := readFd(b)
+		if f != nil && string(rest) != "H" {
+			t.Errorf("read %q after the marker, want H", rest)
+		}
+		return f, err
 	}
-	if r, err := read(fdMarker, regular, regular); err == nil || r.file != nil {
+	if f, err := read(fdMarker, regular, regular); err == nil || f != nil {
 		t.Error("two descriptors were taken")
 	}
-	if r, err := read('H', regular); err == nil || r.file != nil {
+	if f, err := read('H', regular); err == nil || f != nil {
 		t.Error("a descriptor without the marker was taken")
 	}
-	r, err := read(fdMarker, pr)
-	if err != nil || r.file == nil {
+	pipe, err := read(fdMarker, pr)
+	if err != nil || pipe == nil {
 		t.Fatalf("one descriptor with the marker: %v", err)
 	}
-	if _, err := fileBody(r.file, "0 10"); err == nil {
+	if _, err := fileBody(pipe, "0 10"); err == nil {
 		t.Error("a pipe was accepted as a file to send")
 	}
-	r.file.Close()
-	r, err = read(fdMarker, regular)
-	if err != nil || r.file == nil {
+	if err := writeInto(pipe, strings.NewReader("x")); err == nil {
+		t.Error("a pipe was accepted as a file to write")
+	}
+	f, err := read(fdMarker, regular)
+	if err != nil || f == nil {
 		t.Fatalf("a regular file: %v", err)
 	}
-	body, err := fileBody(r.file, "2 5")
+	body, err := fileBody(f, "2 5")
 	if err != nil {
 		t.Fatal(err)
 	}

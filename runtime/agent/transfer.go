@@ -46,73 +46,136 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 // 0777), and the link's target is left alone. An existing regular file
 // keeps its mode and owner unless the metadata sets them.
 func (s *server) writeUpload(meta UploadMeta, src io.Reader) *UploadError {
-	runtimeErr := func(format string, args ...any) *UploadError {
-		return &UploadError{http.StatusInternalServerError, codeRuntimeError, fmt.Sprintf(format, args...)}
+	up, uerr := s.startUpload(meta)
+	if uerr != nil {
+		return uerr
 	}
+	defer up.abort()
+	if _, err := copyFilled(up.tmp, src); err != nil {
+		return runtimeError("error writing file %s: %v", up.path, err)
+	}
+	return up.finish()
+}
+
+func runtimeError(format string, args ...any) *UploadError {
+	return &UploadError{http.StatusInternalServerError, codeRuntimeError, fmt.Sprintf(format, args...)}
+}
+
+// pendingUpload is an upload's temp file, waiting for its data.
+type pendingUpload struct {
+	meta     UploadMeta
+	path     string
+	tmp      *os.File
+	mode     fs.FileMode
+	uid, gid int
+	done     bool
+}
+
+// startUpload checks meta, creates the parents and the temp file.
+func (s *server) startUpload(meta UploadMeta) (*pendingUpload, *UploadError) {
 	p, err := absPath(meta.Path)
 	if err != nil {
-		return &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
+		return nil, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
 	}
 	dir := filepath.Dir(p)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return runtimeErr("error creating target directory: %v", err)
+		return nil, runtimeError("error creating target directory: %v", err)
 	}
-	mode, uid, gid := fs.FileMode(0o644), -1, -1
+	up := &pendingUpload{meta: meta, path: p, mode: 0o644, uid: -1, gid: -1}
 	if fi, err := os.Lstat(p); err == nil {
 		switch {
 		case fi.IsDir():
-			return &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, p + " is a directory"}
+			return nil, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, p + " is a directory"}
 		case fi.Mode().IsRegular():
-			mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+			up.mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				uid, gid = int(st.Uid), int(st.Gid)
+				up.uid, up.gid = int(st.Uid), int(st.Gid)
 			}
 		}
 	}
 	if meta.Mode != 0 {
-		mode, _ = parseOctalDigits(meta.Mode) // checked by readUploadMeta
+		up.mode, _ = parseOctalDigits(meta.Mode) // checked by parseUploadMeta
 	}
 	if u, g := s.owner(p, meta.permission); u != -1 || g != -1 {
-		uid, gid = u, g
+		up.uid, up.gid = u, g
 	}
-	tmp, err := os.CreateTemp(dir, ".sandboxd-upload-*")
-	if err != nil {
-		return runtimeErr("error opening destination file %s: %v", p, err)
+	if up.tmp, err = os.CreateTemp(dir, ".sandboxd-upload-*"); err != nil {
+		return nil, runtimeError("error opening destination file %s: %v", p, err)
 	}
-	done := false
-	defer func() {
-		tmp.Close()
-		if !done {
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := copyFilled(tmp, src); err != nil {
-		return runtimeErr("error writing file %s: %v", p, err)
+	return up, nil
+}
+
+// abort removes the temp file unless the upload finished.
+func (up *pendingUpload) abort() {
+	up.tmp.Close()
+	if !up.done {
+		os.Remove(up.tmp.Name())
 	}
+}
+
+// finish gives the written temp file its owner and mode and renames it
+// over the path.
+func (up *pendingUpload) finish() *UploadError {
+	p, tmp := up.path, up.tmp
 	// Owner first: a chown clears setuid and setgid bits.
-	if uid != -1 || gid != -1 {
-		if err := tmp.Chown(uid, gid); err != nil && (meta.Owner != "" || meta.Group != "") {
-			return runtimeErr("error setting permissions of %s: %v", p, err)
+	if up.uid != -1 || up.gid != -1 {
+		if err := tmp.Chown(up.uid, up.gid); err != nil && (up.meta.Owner != "" || up.meta.Group != "") {
+			return runtimeError("error setting permissions of %s: %v", p, err)
 		}
 	}
-	if err := tmp.Chmod(mode); err != nil {
-		return runtimeErr("error setting permissions of %s: %v", p, err)
+	if err := tmp.Chmod(up.mode); err != nil {
+		return runtimeError("error setting permissions of %s: %v", p, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return runtimeErr("error writing file %s: %v", p, err)
+		return runtimeError("error writing file %s: %v", p, err)
 	}
-	err = os.Rename(tmp.Name(), p)
+	err := os.Rename(tmp.Name(), p)
 	if errors.Is(err, syscall.EBUSY) {
 		// p is a mount point (Docker's /etc/hosts, a bind-mounted file):
 		// it can only be written in place.
 		err = overwrite(p, tmp.Name())
 	} else {
-		done = err == nil
+		up.done = err == nil
 	}
 	if err != nil {
-		return runtimeErr("error writing file %s: %v", p, err)
+		return runtimeError("error writing file %s: %v", p, err)
 	}
 	return nil
+}
+
+// uploadByFd serves UploadRoute on a bulk connection (bulk.go): it starts
+// the upload of the file its query's meta describes (as JSON, like a
+// metadata part), passes the temp file's
+// descriptor to sandboxd, which writes the data into it, and finishes the
+// upload once sandboxd's request body says "done" (anything else, or the
+// connection's end, leaves the path as it was).
+func (s *server) uploadByFd(w http.ResponseWriter, r *http.Request) {
+	raw := rawConn(r.Context())
+	if raw == nil {
+		writeError(w, http.StatusBadRequest, codeInvalidRequest, UploadRoute+" is served on bulk connections only")
+		return
+	}
+	// sandboxd sends the body only with a descriptor in hand: an error is
+	// answered without waiting for it (then sandboxd closes the connection).
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	meta, uerr := parseUploadMeta([]byte(r.URL.Query().Get("meta")))
+	if uerr == nil {
+		var up *pendingUpload
+		if up, uerr = s.startUpload(meta); uerr == nil {
+			defer up.abort()
+			if err := sendFd(raw, up.tmp); err != nil {
+				return
+			}
+			verdict, err := io.ReadAll(io.LimitReader(r.Body, int64(len(uploadDone))+1))
+			if err != nil || string(verdict) != uploadDone {
+				return
+			}
+			uerr = up.finish()
+		}
+	}
+	if uerr != nil {
+		writeError(w, uerr.Status, uerr.Code, uerr.Message)
+	}
 }
 
 // overwrite copies the finished temp file into p in place, without

@@ -128,14 +128,19 @@ func ReadUpload(r *http.Request, tempDir string, put func(meta UploadMeta, part 
 }
 
 func readUploadMeta(part io.Reader) (UploadMeta, *UploadError) {
-	var meta UploadMeta
 	b, err := io.ReadAll(io.LimitReader(part, maxUploadMetadata+1))
 	switch {
 	case err != nil:
-		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "error reading metadata: " + err.Error()}
+		return UploadMeta{}, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "error reading metadata: " + err.Error()}
 	case len(b) > maxUploadMetadata:
-		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata is too large"}
+		return UploadMeta{}, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "metadata is too large"}
 	}
+	return parseUploadMeta(b)
+}
+
+// parseUploadMeta decodes and checks one file's metadata.
+func parseUploadMeta(b []byte) (UploadMeta, *UploadError) {
+	var meta UploadMeta
 	if err := json.Unmarshal(b, &meta); err != nil {
 		return meta, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, "invalid metadata format: " + err.Error()}
 	}
