@@ -362,14 +362,6 @@ const UploadRoute = "/_sandboxd/upload"
 
 const uploadDone = "done"
 
-// FileWriter is a transport that writes uploaded files one by one.
-type FileWriter interface {
-	// WriteFile writes content to the file meta describes. A refusal or
-	// failure of the agent is an *UploadError; an error reading content
-	// is returned as it is.
-	WriteFile(ctx context.Context, meta UploadMeta, content io.Reader) error
-}
-
 // WriteFile implements FileWriter for a session with bulk connections.
 func (r router) WriteFile(ctx context.Context, meta UploadMeta, content io.Reader) error {
 	return r.c.bulk.(*bulkTransport).WriteFile(ctx, meta, content)

@@ -5,6 +5,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -282,4 +283,12 @@ func parseOctalDigits(n int) (fs.FileMode, error) {
 		mode |= fs.ModeSticky
 	}
 	return mode, nil
+}
+
+// FileWriter is a transport that writes uploaded files one by one.
+type FileWriter interface {
+	// WriteFile writes content to the file meta describes. A refusal or
+	// failure of the agent is an *UploadError; an error reading content
+	// is returned as it is.
+	WriteFile(ctx context.Context, meta UploadMeta, content io.Reader) error
 }
