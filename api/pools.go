@@ -2,7 +2,9 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/gorilla/mux"
 
@@ -10,7 +12,8 @@ import (
 )
 
 // poolRoutes serves upstream's /pools API (which upstream offers only on
-// Kubernetes) on sandboxd's warm pools.
+// Kubernetes) on sandboxd's warm pools. A pool's networkPolicy, beside
+// capacitySpec in a create, an update and the answers, is sandboxd's.
 func (s *Server) poolRoutes(r routeAdder) {
 	r("/pools", s.handleCreatePool).Methods(http.MethodPost)
 	r("/pools", s.handleListPools).Methods(http.MethodGet)
@@ -123,9 +126,10 @@ func (s *Server) poolSpec(w http.ResponseWriter, r *http.Request, t poolTemplate
 
 func (s *Server) handleCreatePool(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Name         *string       `json:"name"`
-		Template     *poolTemplate `json:"template"`
-		CapacitySpec *capacitySpec `json:"capacitySpec"`
+		Name          *string                  `json:"name"`
+		Template      *poolTemplate            `json:"template"`
+		CapacitySpec  *capacitySpec            `json:"capacitySpec"`
+		NetworkPolicy *lifecycle.NetworkPolicy `json:"networkPolicy"`
 	}
 	if !s.decodeJSON(w, r, &req, false) {
 		return
@@ -146,6 +150,7 @@ func (s *Server) handleCreatePool(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	spec.NetworkPolicy = req.NetworkPolicy
 	p, err := s.mgr.CreatePool(r.Context(), *req.Name, spec, capacity)
 	if err != nil {
 		s.fail(w, r, err)
@@ -172,9 +177,28 @@ func (s *Server) handleGetPool(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, p)
 }
 
+// optionalPolicy is an update's networkPolicy: absent keeps the pool's,
+// null removes it.
+type optionalPolicy struct {
+	set    bool
+	policy *lifecycle.NetworkPolicy
+}
+
+func (o *optionalPolicy) UnmarshalJSON(b []byte) error {
+	o.set = true
+	err := json.Unmarshal(b, &o.policy)
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		// Located from the body, as the decoder locates its own fields.
+		typeErr.Field = strings.TrimSuffix("networkPolicy."+typeErr.Field, ".")
+	}
+	return err
+}
+
 func (s *Server) handleUpdatePool(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		CapacitySpec *capacitySpec `json:"capacitySpec"`
+		CapacitySpec  *capacitySpec  `json:"capacitySpec"`
+		NetworkPolicy optionalPolicy `json:"networkPolicy"`
 	}
 	if !s.decodeJSON(w, r, &req, false) {
 		return
@@ -183,7 +207,8 @@ func (s *Server) handleUpdatePool(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, err := s.mgr.UpdatePool(r.Context(), mux.Vars(r)["name"], capacity)
+	u := lifecycle.PoolUpdate{Capacity: capacity, SetPolicy: req.NetworkPolicy.set, NetworkPolicy: req.NetworkPolicy.policy}
+	p, err := s.mgr.UpdatePool(r.Context(), mux.Vars(r)["name"], u)
 	if err != nil {
 		s.fail(w, r, err)
 		return
