@@ -43,10 +43,12 @@ func (m *Manager) memberEgress(ctx context.Context, rec *Record, spec runtime.Sp
 		}
 		rec.EgressUpstreams = ups
 	}
+	link := m.egress.get(rec.ID)
+	link.change.Lock() // a check and a claim may both find it down
+	defer link.change.Unlock()
 	if m.egressUp(rec.ID) {
 		return nil
 	}
-	m.egress.drop(rec.ID) // a fresh link: the old watcher gave up or is gone
 	_, err := m.pushPolicy(ctx, rec, *rec.NetworkPolicy)
 	return err
 }

@@ -596,7 +596,7 @@ func (m *Pools) addMember(ctx context.Context, p *pool) error {
 	mem, err := m.makeMember(ctx, p.name, def)
 	ps.mu.Lock()
 	p.creating--
-	wanted := err == nil && !p.removed && p.def == def && len(p.idle)+p.creating < p.target()
+	wanted := err == nil && !p.removed && p.def.revision == def.revision && len(p.idle)+p.creating < p.target()
 	if wanted {
 		p.idle = append(p.idle, mem)
 	}
@@ -670,12 +670,18 @@ func (m *Pools) checkPool(ctx context.Context, p *pool) {
 	if len(dead) == 0 || ctx.Err() != nil {
 		return
 	}
+	// Only those still idle: one claimed meanwhile is the claim's to check.
+	var gone []poolMember
 	ps.mu.Lock()
 	p.idle = slices.DeleteFunc(p.idle, func(mem poolMember) bool {
-		return slices.ContainsFunc(dead, func(d poolMember) bool { return d.cid == mem.cid })
+		if slices.ContainsFunc(dead, func(d poolMember) bool { return d.cid == mem.cid }) {
+			gone = append(gone, mem)
+			return true
+		}
+		return false
 	})
 	ps.mu.Unlock()
-	for _, mem := range dead {
+	for _, mem := range gone {
 		m.log.Warn("pool member stopped; replacing it", "pool", p.name, "container", runtime.ShortID(mem.cid))
 		m.removeMember(ctx, mem)
 	}
