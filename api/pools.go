@@ -2,9 +2,7 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/gorilla/mux"
 
@@ -186,13 +184,7 @@ type optionalPolicy struct {
 
 func (o *optionalPolicy) UnmarshalJSON(b []byte) error {
 	o.set = true
-	err := json.Unmarshal(b, &o.policy)
-	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &typeErr) {
-		// Located from the body, as the decoder locates its own fields.
-		typeErr.Field = strings.TrimSuffix("networkPolicy."+typeErr.Field, ".")
-	}
-	return err
+	return json.Unmarshal(b, &o.policy) // type errors are located by the caller's decoder
 }
 
 func (s *Server) handleUpdatePool(w http.ResponseWriter, r *http.Request) {
