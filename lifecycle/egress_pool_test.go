@@ -40,6 +40,19 @@ func (e *testEnv) restart(t *testing.T, rt runtime.Runtime) *Manager {
 	return m
 }
 
+// filledPolicedPool is a policedPoolEnv with pool "pol" of 2 members
+// allowing pypi.org, filled.
+func filledPolicedPool(t *testing.T) (*testEnv, *egressFake) {
+	t.Helper()
+	e, f := policedPoolEnv(t)
+	spec := PoolSpec{Image: "busybox:latest", NetworkPolicy: allowOnly("pypi.org")}
+	if _, err := e.m.CreatePool(context.Background(), "pol", spec, PoolCapacity{BufferMax: 2, PoolMax: 2}); err != nil {
+		t.Fatal(err)
+	}
+	e.fillPool(t, "pol")
+	return e, f
+}
+
 func allowOnly(target string) *NetworkPolicy {
 	return &NetworkPolicy{DefaultAction: "deny", Egress: []json.RawMessage{json.RawMessage(`{"action":"allow","target":"` + target + `"}`)}}
 }
@@ -153,12 +166,8 @@ func TestPoolPolicyMembers(t *testing.T) {
 // TestPoolPolicyIdleDaemon: an idle member whose daemon died gets it back
 // at the next check; one whose helper is gone is replaced, helper and all.
 func TestPoolPolicyIdleDaemon(t *testing.T) {
-	e, f := policedPoolEnv(t)
+	e, f := filledPolicedPool(t)
 	ctx := context.Background()
-	if _, err := e.m.CreatePool(ctx, "pol", PoolSpec{Image: "busybox:latest", NetworkPolicy: allowOnly("pypi.org")}, PoolCapacity{BufferMax: 2, PoolMax: 2}); err != nil {
-		t.Fatal(err)
-	}
-	e.fillPool(t, "pol")
 	idle := e.idle("pol")
 	f.mu.Lock()
 	close(f.sessions[0].done)
@@ -189,12 +198,8 @@ func TestPoolPolicyIdleDaemon(t *testing.T) {
 // their helpers and firewall; their daemon is started again before one is
 // handed out.
 func TestPoolPolicyRestart(t *testing.T) {
-	e, f := policedPoolEnv(t)
+	e, f := filledPolicedPool(t)
 	ctx := context.Background()
-	if _, err := e.m.CreatePool(ctx, "pol", PoolSpec{Image: "busybox:latest", NetworkPolicy: allowOnly("pypi.org")}, PoolCapacity{BufferMax: 2, PoolMax: 2}); err != nil {
-		t.Fatal(err)
-	}
-	e.fillPool(t, "pol")
 	before := e.members(t, "pol")
 	idle := e.idle("pol")
 	m := e.restart(t, f)
@@ -230,14 +235,13 @@ func TestPoolPolicyRestart(t *testing.T) {
 // TestPoolPolicyUpdate: changing a pool's policy replaces its idle
 // members, persists, and can remove the policy.
 func TestPoolPolicyUpdate(t *testing.T) {
-	e, f := policedPoolEnv(t)
+	e, f := filledPolicedPool(t)
 	ctx := context.Background()
 	capacity := PoolCapacity{BufferMax: 2, PoolMax: 2}
-	created, err := e.m.CreatePool(ctx, "pol", PoolSpec{Image: "busybox:latest", NetworkPolicy: allowOnly("pypi.org")}, capacity)
+	created, err := e.m.GetPool(ctx, "pol")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.fillPool(t, "pol")
 	old := e.idle("pol")
 
 	_, err = e.m.UpdatePool(ctx, "pol", PoolUpdate{Capacity: capacity, SetPolicy: true, NetworkPolicy: &NetworkPolicy{DefaultAction: "block"}})
