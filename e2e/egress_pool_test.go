@@ -106,3 +106,43 @@ func TestEgressPool(t *testing.T) {
 		t.Errorf("under the pool's new policy: the newly allowed name is unreachable")
 	}
 }
+
+// TestEgressPoolRestart: the idle member of a [[pool]] with a
+// network_policy survives a kill -9 of sandboxd and is adopted with its
+// helper, whose daemon sandboxd starts again: taken after the restart, it
+// is policed from its first command.
+func TestEgressPoolRestart(t *testing.T) {
+	w := newEgressWorld(t)
+	s := startServer(t,
+		withTOML(fmt.Sprintf("[docker]\nnetwork_mode = %q\n[egress]\ndns_upstream = [%q]\n", w.net, w.dns)),
+		withTOML(busyboxPoolTOML("warm", 1)+fmt.Sprintf("network_policy = { default_action = \"deny\", egress = [{ action = \"allow\", target = %q }] }\n", w.allowedName)))
+	removeInstanceHelpersAtEnd(t, s)
+	waitPool(t, s, "warm", 1)
+	before := idleMembers(t, s, "warm")
+	helpers := containersByLabel(t, labelEgressFor, before[0])
+	if len(helpers) != 1 {
+		t.Fatalf("idle member %s has %d egress helpers, want 1", before[0], len(helpers))
+	}
+	s.Kill9()
+	s.Restart()
+	waitPool(t, s, "warm", 1)
+	if after := idleMembers(t, s, "warm"); !slices.Equal(after, before) {
+		t.Fatalf("after a restart the idle members are %v, want the adopted %v", after, before)
+	}
+	if now := containersByLabel(t, labelEgressFor, before[0]); len(now) != 1 || now[0].ID != helpers[0].ID {
+		t.Errorf("the adopted member's helper was not kept: %v", now)
+	}
+	b := newExecdBox(t, s, busyboxWith(map[string]any{"extensions": map[string]string{"poolRef": "warm"}}))
+	if b.ID != before[0] {
+		t.Fatalf("the poolRef create got %s, not the adopted %s", b.ID, before[0])
+	}
+	if out := lookup(t, b, w.deniedName, ""); !strings.Contains(out, "NXDOMAIN") {
+		t.Errorf("adopted and taken: the denied name is not NXDOMAIN: %s", out)
+	}
+	if !reach(t, b, w.allowedName) {
+		t.Errorf("adopted and taken: the allowed name is unreachable")
+	}
+	if reach(t, b, w.denied) {
+		t.Errorf("adopted and taken: the denied name's address is reachable")
+	}
+}
