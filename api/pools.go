@@ -10,7 +10,8 @@ import (
 )
 
 // poolRoutes serves upstream's /pools API (which upstream offers only on
-// Kubernetes) on sandboxd's warm pools.
+// Kubernetes) on sandboxd's warm pools. A pool's networkPolicy, beside
+// capacitySpec in a create, an update and the answers, is sandboxd's.
 func (s *Server) poolRoutes(r routeAdder) {
 	r("/pools", s.handleCreatePool).Methods(http.MethodPost)
 	r("/pools", s.handleListPools).Methods(http.MethodGet)
@@ -123,9 +124,10 @@ func (s *Server) poolSpec(w http.ResponseWriter, r *http.Request, t poolTemplate
 
 func (s *Server) handleCreatePool(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Name         *string       `json:"name"`
-		Template     *poolTemplate `json:"template"`
-		CapacitySpec *capacitySpec `json:"capacitySpec"`
+		Name          *string                  `json:"name"`
+		Template      *poolTemplate            `json:"template"`
+		CapacitySpec  *capacitySpec            `json:"capacitySpec"`
+		NetworkPolicy *lifecycle.NetworkPolicy `json:"networkPolicy"`
 	}
 	if !s.decodeJSON(w, r, &req, false) {
 		return
@@ -146,6 +148,7 @@ func (s *Server) handleCreatePool(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	spec.NetworkPolicy = req.NetworkPolicy
 	p, err := s.mgr.CreatePool(r.Context(), *req.Name, spec, capacity)
 	if err != nil {
 		s.fail(w, r, err)
@@ -172,9 +175,22 @@ func (s *Server) handleGetPool(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, p)
 }
 
+// optionalPolicy is an update's networkPolicy: absent keeps the pool's,
+// null removes it.
+type optionalPolicy struct {
+	set    bool
+	policy *lifecycle.NetworkPolicy
+}
+
+func (o *optionalPolicy) UnmarshalJSON(b []byte) error {
+	o.set = true
+	return json.Unmarshal(b, &o.policy) // type errors are located by the caller's decoder
+}
+
 func (s *Server) handleUpdatePool(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		CapacitySpec *capacitySpec `json:"capacitySpec"`
+		CapacitySpec  *capacitySpec  `json:"capacitySpec"`
+		NetworkPolicy optionalPolicy `json:"networkPolicy"`
 	}
 	if !s.decodeJSON(w, r, &req, false) {
 		return
@@ -183,7 +199,8 @@ func (s *Server) handleUpdatePool(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, err := s.mgr.UpdatePool(r.Context(), mux.Vars(r)["name"], capacity)
+	u := lifecycle.PoolUpdate{Capacity: capacity, SetPolicy: req.NetworkPolicy.set, NetworkPolicy: req.NetworkPolicy.policy}
+	p, err := s.mgr.UpdatePool(r.Context(), mux.Vars(r)["name"], u)
 	if err != nil {
 		s.fail(w, r, err)
 		return

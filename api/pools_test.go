@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/lifecycle"
@@ -111,5 +112,50 @@ func TestPoolRouteErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			wantError(t, e.do(t, tt.method, tt.path, tt.body, tt.headers), tt.status, tt.code)
 		})
+	}
+}
+
+// TestPoolPolicyRoutes: a pool's networkPolicy beside its capacitySpec,
+// checked as a create's (this runtime enforces deny-all only), shown by
+// GET, kept by an update without it and removed by null.
+func TestPoolPolicyRoutes(t *testing.T) {
+	e := newEnv(t, nil)
+	const capacity = `"capacitySpec":{"bufferMax":1,"bufferMin":0,"poolMax":1,"poolMin":0}`
+	const template = `"template":{"image":{"uri":"busybox:latest"}},`
+	r := e.do(t, http.MethodPost, "/v1/pools", `{"name":"pol",`+template+capacity+`,"networkPolicy":{"defaultAction":"deny"}}`, nil)
+	if r.status != http.StatusCreated || !strings.Contains(string(r.body), `"networkPolicy":{"egress":[],"defaultAction":"deny"}`) {
+		t.Fatalf("create pool with a policy: %d %s", r.status, r.body)
+	}
+	if r := e.do(t, http.MethodGet, "/v1/pools/pol", "", nil); !strings.Contains(string(r.body), `"defaultAction":"deny"`) {
+		t.Errorf("GET does not show the policy: %s", r.body)
+	}
+	if r := e.do(t, http.MethodPut, "/v1/pools/pol", `{`+capacity+`}`, nil); r.status != http.StatusOK || !strings.Contains(string(r.body), `"networkPolicy"`) {
+		t.Errorf("an update without networkPolicy dropped it: %d %s", r.status, r.body)
+	}
+	if r := e.do(t, http.MethodPut, "/v1/pools/pol", `{`+capacity+`,"networkPolicy":null}`, nil); r.status != http.StatusOK || strings.Contains(string(r.body), `"networkPolicy"`) {
+		t.Errorf("networkPolicy null kept it: %d %s", r.status, r.body)
+	}
+
+	for _, tt := range []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+		loc                      string
+	}{
+		{"rule without action", "POST", "/v1/pools", `{"name":"a",` + template + capacity + `,"networkPolicy":{"egress":[{"target":"a.com"}]}}`, 422, lifecycle.CodeInvalidParameter, `["body","networkPolicy","egress","0"]`},
+		{"bad action", "POST", "/v1/pools", `{"name":"a",` + template + capacity + `,"networkPolicy":{"egress":[{"action":"block","target":"a.com"}]}}`, 400, lifecycle.CodeInvalidParameter, ""},
+		{"rules not an array", "PUT", "/v1/pools/pol", `{` + capacity + `,"networkPolicy":{"egress":"a.com"}}`, 422, lifecycle.CodeInvalidParameter, `["body","networkPolicy","egress"]`},
+		{"not enforceable here", "PUT", "/v1/pools/pol", `{` + capacity + `,"networkPolicy":{"defaultAction":"allow"}}`, 400, lifecycle.CodePoolInvalid, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.do(t, tt.method, tt.path, tt.body, nil)
+			wantError(t, r, tt.status, tt.code)
+			if tt.loc != "" && !strings.Contains(string(r.body), `"loc":`+tt.loc) {
+				t.Errorf("422 located elsewhere than %s: %s", tt.loc, r.body)
+			}
+		})
+	}
+	if r := e.do(t, http.MethodGet, "/v1/pools/pol", "", nil); strings.Contains(string(r.body), `"networkPolicy"`) {
+		t.Errorf("a refused update changed the policy: %s", r.body)
 	}
 }

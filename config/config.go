@@ -219,6 +219,9 @@ type Pool struct {
 	Entrypoint     []string          `toml:"entrypoint"`
 	ResourceLimits map[string]string `toml:"resource_limits"`
 	Env            map[string]string `toml:"env"`
+	// NetworkPolicy is the networkPolicy of the pool's sandboxes; unset (no
+	// default_action nor egress) = none, so [egress] default_policy applies.
+	NetworkPolicy EgressPolicy `toml:"network_policy"`
 }
 
 // Egress is the [egress] section: how networkPolicy is enforced.

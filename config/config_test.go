@@ -188,6 +188,7 @@ size = 2
 entrypoint = ["sleep", "infinity"]
 resource_limits = { cpu = "1", memory = "1Gi" }
 env = { A = "1" }
+network_policy = { default_action = "deny", egress = [{ action = "allow", target = "pypi.org" }] }
 
 [[pool]]
 name = "node"
@@ -272,6 +273,7 @@ func TestLoadEveryKey(t *testing.T) {
 				Entrypoint:     []string{"sleep", "infinity"},
 				ResourceLimits: map[string]string{"cpu": "1", "memory": "1Gi"},
 				Env:            map[string]string{"A": "1"},
+				NetworkPolicy:  EgressPolicy{DefaultAction: "deny", Egress: []EgressRule{{Action: "allow", Target: "pypi.org"}}},
 			},
 			{Name: "node", Image: "node:22"},
 		},

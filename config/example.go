@@ -201,4 +201,7 @@ dir = "~/.sandboxd"
 # entrypoint = ["sleep", "infinity"]
 # resource_limits = { cpu = "1", memory = "1Gi" }
 # env = { PYTHONUNBUFFERED = "1" }
+# networkPolicy of the pool's sandboxes, enforced before one is handed out. Unset: none
+# ([egress] default_policy applies).
+# network_policy = { default_action = "deny", egress = [{ action = "allow", target = "pypi.org" }] }
 `

@@ -468,9 +468,10 @@ func (m *Manager) restoreEgress(ctx context.Context) {
 	if err != nil {
 		m.log.Warn("list egress helpers", "err", err)
 	}
+	idle := m.Pools.idleIDs() // adopted pool members: their daemon starts later
 	for _, h := range helpers {
 		id := h.Labels[LabelEgressFor]
-		if slices.ContainsFunc(recs, func(r *Record) bool { return r.ID == id && r.State == recordReady }) {
+		if idle[id] || slices.ContainsFunc(recs, func(r *Record) bool { return r.ID == id && r.State == recordReady }) {
 			continue
 		}
 		m.log.Warn("removing egress helper of a gone sandbox", "sandbox_id", id, "container", h.ID)

@@ -106,7 +106,7 @@ func New(cfg config.Config, rt runtime.Runtime, store Store, log *slog.Logger) (
 	m := &Manager{deps: d}
 	m.Sandboxes = &Sandboxes{deps: d, tokenKey: key, egress: m}
 	m.Expiry = &Expiry{deps: d, activity: map[string]time.Time{}, sandboxes: m.Sandboxes, afterSweep: m.sweepEgress}
-	m.Pools = &Pools{deps: d, byName: map[string]*pool{}, sandboxes: m.Sandboxes}
+	m.Pools = &Pools{deps: d, byName: map[string]*pool{}, sandboxes: m.Sandboxes, egress: m}
 	m.Snapshots = &Snapshots{deps: d, sandboxes: m.Sandboxes}
 	m.Sandboxes.deadlines, m.Sandboxes.warm = m.Expiry, m.Pools
 	if err := m.initEgress(); err != nil {

@@ -12,6 +12,11 @@ package lifecycle
 // against the pool. After a restart Reconcile hands each record-less member
 // to its pool, which adopts it if the pool still exists with the same
 // revision and removes it otherwise.
+//
+// A pool may carry a networkPolicy (a sandboxd extension: upstream's pools
+// have none). Its members are made as a policed create is: their egress
+// helper runs and holds the policy before they count as ready, so a
+// sandbox taken from the pool is policed from its first instruction.
 
 import (
 	"context"
@@ -28,7 +33,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
 // Labels of idle pool members.
@@ -63,6 +70,17 @@ type PoolSpec struct {
 	Entrypoint     []string          `json:"entrypoint,omitempty"`
 	ResourceLimits map[string]string `json:"resourceLimits,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
+	// NetworkPolicy is a create request's networkPolicy for every member;
+	// nil: none (then [egress] default_policy applies, as to any create).
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+}
+
+// PoolUpdate is a change of a pool: its capacity, and, if SetPolicy, its
+// networkPolicy (nil: none).
+type PoolUpdate struct {
+	Capacity      PoolCapacity
+	SetPolicy     bool
+	NetworkPolicy *NetworkPolicy
 }
 
 // PoolCapacity is upstream's capacitySpec. sandboxd keeps
@@ -91,21 +109,21 @@ type PoolStatus struct {
 type Pool struct {
 	Name         string       `json:"name"`
 	CapacitySpec PoolCapacity `json:"capacitySpec"`
-	Status       *PoolStatus  `json:"status,omitempty"`
-	CreatedAt    time.Time    `json:"createdAt"`
+	// NetworkPolicy is the policy its sandboxes get: the pool's own, else
+	// [egress] default_policy; absent: none.
+	NetworkPolicy *egress.Policy `json:"networkPolicy,omitempty"`
+	Status        *PoolStatus    `json:"status,omitempty"`
+	CreatedAt     time.Time      `json:"createdAt"`
 }
 
-// pool is one pool's definition and state. Fields below mu are guarded by
-// Pools.mu.
+// pool is one pool's definition and state. Fields from def on are guarded
+// by Pools.mu.
 type pool struct {
 	name       string
-	spec       PoolSpec
 	createdAt  time.Time
-	configured bool         // from the config file, so not persisted
-	tmpl       runtime.Spec // a member's container without name and labels
-	key        string       // specKey(tmpl)
-	revision   string
+	configured bool // from the config file, so not persisted
 
+	def      *poolDef // replaced whole when the policy changes
 	capacity PoolCapacity
 	idle     []poolMember // oldest first
 	creating int
@@ -115,7 +133,33 @@ type pool struct {
 	done     chan struct{}
 }
 
-type poolMember struct{ id, cid string }
+// poolDef is what a pool's members are made from, at one revision.
+type poolDef struct {
+	spec     PoolSpec
+	tmpl     runtime.Spec // a member's container without name and labels
+	key      string       // memberKey(tmpl, enforced)
+	revision string
+	policy   *egress.Policy // the members' policy, own or default (nil: none)
+	enforced *egress.Policy // what their egress helpers enforce (nil: no helper)
+}
+
+type poolMember struct {
+	id, cid string
+	// policy is what the member's egress helper enforces (nil: it has
+	// none); helper and upstreams go to its record when claimed.
+	policy    *egress.Policy
+	helper    string
+	upstreams []string
+}
+
+// poolEgress is how pool members are policed (egress.go, egress_pool.go):
+// made as a policed create is, and their daemons checked while idle.
+type poolEgress interface {
+	egressPlanner
+	egressUp(id string) bool
+	memberEgress(ctx context.Context, rec *Record, spec runtime.Spec) error
+	reapplyPolicy(ctx context.Context, id string) (bool, error)
+}
 
 // target is how many idle members the pool keeps.
 func (p *pool) target() int { return min(p.capacity.BufferMax, p.capacity.PoolMax) }
@@ -133,6 +177,7 @@ func (p *pool) kick() {
 type Pools struct {
 	*deps
 	sandboxes *Sandboxes // plans members, views claimed sandboxes
+	egress    poolEgress
 
 	mu     sync.Mutex
 	byName map[string]*pool
@@ -154,7 +199,7 @@ type storedPool struct {
 func (m *Pools) initPools() error {
 	now := wireTime(m.now())
 	for i, c := range m.cfg.Pools {
-		spec := PoolSpec{Image: c.Image, Entrypoint: c.Entrypoint, ResourceLimits: c.ResourceLimits, Env: c.Env}
+		spec := PoolSpec{Image: c.Image, Entrypoint: c.Entrypoint, ResourceLimits: c.ResourceLimits, Env: c.Env, NetworkPolicy: configPolicy(c.NetworkPolicy)}
 		capacity := PoolCapacity{BufferMax: c.Size, BufferMin: c.Size, PoolMax: c.Size, PoolMin: c.Size}
 		p, err := m.newPool(c.Name, spec, capacity, now)
 		if err != nil {
@@ -186,19 +231,33 @@ func (m *Pools) initPools() error {
 	return nil
 }
 
-// newPool validates a pool. Its member spec is what a create request with
-// the pool's image, entrypoint, resources and env plans, so that such a
-// request matches the pool exactly.
+// newPool validates a pool.
 func (m *Pools) newPool(name string, spec PoolSpec, capacity PoolCapacity, created time.Time) (*pool, error) {
 	if err := capacity.validate(); err != nil {
 		return nil, err
 	}
+	def, err := m.newDef(name, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &pool{name: name, def: def, capacity: capacity, createdAt: created, wake: make(chan struct{}, 1)}, nil
+}
+
+// newDef validates a pool's spec. Its members are what a create request
+// with the pool's image, entrypoint, resources, env and policy plans, so
+// that such a request matches the pool exactly. The policy is checked as a
+// create's, with its codes.
+func (m *Pools) newDef(name string, spec PoolSpec) (*poolDef, error) {
 	spec.Image = strings.TrimSpace(spec.Image)
 	if spec.Image == "" {
 		return nil, errf(KindInvalid, CodePoolInvalid, "pool %s: an image is required", name)
 	}
 	if len(spec.Entrypoint) == 0 {
 		spec.Entrypoint = []string{"tail", "-f", "/dev/null"}
+	}
+	policy, err := m.egress.requestPolicy(spec.NetworkPolicy)
+	if err != nil {
+		return nil, err
 	}
 	plan, err := m.sandboxes.plan(context.Background(), spec.request())
 	if err != nil {
@@ -210,13 +269,26 @@ func (m *Pools) newPool(name string, spec PoolSpec, capacity PoolCapacity, creat
 	}
 	tmpl := plan.spec
 	tmpl.Name, tmpl.Labels = "", nil
-	key := specKey(tmpl)
+	key := memberKey(tmpl, plan.rec.NetworkPolicy)
 	sum := sha256.Sum256([]byte(key))
-	return &pool{
-		name: name, spec: spec, capacity: capacity, createdAt: created,
-		tmpl: tmpl, key: key, revision: hex.EncodeToString(sum[:])[:12],
-		wake: make(chan struct{}, 1),
+	return &poolDef{
+		spec: spec, tmpl: tmpl, key: key, revision: hex.EncodeToString(sum[:])[:12],
+		policy: policy, enforced: plan.rec.NetworkPolicy,
 	}, nil
+}
+
+// configPolicy is a [[pool]] network_policy as a create request's (unset:
+// nil, as for [egress] default_policy).
+func configPolicy(c config.EgressPolicy) *NetworkPolicy {
+	if c.DefaultAction == "" && len(c.Egress) == 0 {
+		return nil
+	}
+	np := &NetworkPolicy{DefaultAction: c.DefaultAction}
+	for _, r := range c.Egress {
+		raw, _ := json.Marshal(egress.Rule{Action: r.Action, Target: r.Target})
+		np.Egress = append(np.Egress, raw)
+	}
+	return np
 }
 
 // request is the create request a pool's members answer.
@@ -227,7 +299,7 @@ func (s PoolSpec) request() CreateRequest {
 	}
 	return CreateRequest{
 		Image: &ImageSpec{URI: s.Image}, Entrypoint: slices.Clone(s.Entrypoint),
-		ResourceLimits: maps.Clone(s.ResourceLimits), Env: env,
+		ResourceLimits: maps.Clone(s.ResourceLimits), Env: env, NetworkPolicy: s.NetworkPolicy,
 	}
 }
 
@@ -246,11 +318,15 @@ func (c PoolCapacity) validate() error {
 	return nil
 }
 
-// specKey identifies a container spec apart from its name and labels: two
-// plans with the same key make interchangeable containers.
-func specKey(s runtime.Spec) string {
+// memberKey identifies what a plan makes apart from names and labels: its
+// container and the policy its egress helper enforces (nil: no helper).
+// Two plans with the same key make interchangeable sandboxes.
+func memberKey(s runtime.Spec, enforced *egress.Policy) string {
 	s.Name, s.Labels = "", nil
-	buf, _ := json.Marshal(s) // a struct of strings, numbers, slices and maps
+	buf, _ := json.Marshal(struct { // structs of strings, numbers, slices and maps
+		Spec   runtime.Spec
+		Policy *egress.Policy `json:",omitempty"`
+	}{s, enforced})
 	return string(buf)
 }
 
@@ -266,9 +342,12 @@ func (m *Pools) applyPoolRef(req *CreateRequest) (string, error) {
 	}
 	ref = strings.TrimSpace(ref)
 	m.mu.Lock()
-	p := m.byName[ref]
+	var def *poolDef
+	if p := m.byName[ref]; p != nil {
+		def = p.def
+	}
 	m.mu.Unlock()
-	if p == nil {
+	if def == nil {
 		return "", errf(KindInvalid, CodeUnsupportedPoolRef, "extensions.poolRef %q: no such pool", ref)
 	}
 	for _, f := range []struct {
@@ -282,8 +361,8 @@ func (m *Pools) applyPoolRef(req *CreateRequest) (string, error) {
 			return "", errf(KindInvalid, CodeInvalidParameter, "%s cannot be combined with extensions.poolRef: the pool's sandboxes are made in advance", f.name)
 		}
 	}
-	pr := p.spec.request()
-	req.Image, req.Entrypoint, req.ResourceLimits, req.Env = pr.Image, pr.Entrypoint, pr.ResourceLimits, pr.Env
+	pr := def.spec.request()
+	req.Image, req.Entrypoint, req.ResourceLimits, req.Env, req.NetworkPolicy = pr.Image, pr.Entrypoint, pr.ResourceLimits, pr.Env, pr.NetworkPolicy
 	return ref, nil
 }
 
@@ -291,10 +370,10 @@ func (m *Pools) applyPoolRef(req *CreateRequest) (string, error) {
 // the first (by name) whose members are exactly the container it plans.
 func (m *Pools) assignPool(ref string, p *createPlan) {
 	if ref == "" {
-		key := specKey(p.spec)
+		key := memberKey(p.spec, p.rec.NetworkPolicy)
 		m.mu.Lock()
 		for _, name := range slices.Sorted(maps.Keys(m.byName)) {
-			if m.byName[name].key == key {
+			if m.byName[name].def.key == key {
 				ref = name
 				break
 			}
@@ -312,25 +391,38 @@ func (m *Pools) claim(ctx context.Context, p *createPlan) (*Sandbox, error) {
 	if p.fromPool == "" {
 		return nil, nil
 	}
-	key := specKey(p.spec)
+	key := memberKey(p.spec, p.rec.NetworkPolicy)
 	for {
 		mem, ok := m.take(p.fromPool, key)
 		if !ok {
 			return nil, nil
 		}
 		start := m.now()
-		// A cached session answers without a Docker call; a member that
-		// died since the last check fails here and is replaced.
-		if _, err := m.rt.Agent(ctx, mem.cid); err != nil {
-			m.log.WarnContext(ctx, "pool member unusable; trying the next", "pool", p.fromPool, "sandbox_id", mem.id, "err", err)
-			m.removeMember(ctx, mem.cid)
-			continue
-		}
 		rec := p.rec
 		rec.ID, rec.ContainerID, rec.State = mem.id, mem.cid, recordReady
+		rec.EgressHelper, rec.EgressUpstreams = mem.helper, mem.upstreams
+		// A cached session answers without a Docker call; a member that
+		// died since the last check fails here and is replaced, as one
+		// whose egress daemon cannot be brought back.
+		_, err := m.rt.Agent(ctx, mem.cid)
+		if err == nil {
+			err = m.egress.memberEgress(ctx, &rec, p.spec)
+		}
+		if err != nil {
+			m.log.WarnContext(ctx, "pool member unusable; trying the next", "pool", p.fromPool, "sandbox_id", mem.id, "err", err)
+			m.removeMember(ctx, mem)
+			continue
+		}
 		if err := m.store.PutSandbox(&rec); err != nil {
-			m.removeMember(ctx, mem.cid)
+			m.removeMember(ctx, mem)
 			return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: "record sandbox", Err: err}
+		}
+		if rec.NetworkPolicy != nil && !m.egress.egressUp(rec.ID) {
+			// Its daemon died before the record was there for its watcher
+			// to restore it from: the firewall held meanwhile.
+			if _, err := m.egress.reapplyPolicy(ctx, rec.ID); err != nil {
+				m.log.WarnContext(ctx, "re-apply egress policy", "sandbox_id", rec.ID, "err", err)
+			}
 		}
 		m.metrics.Creates.Add(1)
 		m.metrics.CreateSeconds.Observe(m.now().Sub(start))
@@ -347,7 +439,7 @@ func (ps *Pools) take(name, key string) (poolMember, bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	p := ps.byName[name]
-	if p == nil || p.key != key || len(p.idle) == 0 {
+	if p == nil || p.def.key != key || len(p.idle) == 0 {
 		return poolMember{}, false
 	}
 	mem := p.idle[0]
@@ -357,12 +449,19 @@ func (ps *Pools) take(name, key string) (poolMember, bool) {
 }
 
 // removeMember removes a member's container (by id, or by name when its
-// creation failed before an id was known).
-func (m *Pools) removeMember(ctx context.Context, ref string) {
+// creation failed before an id was known) and its egress helper.
+func (m *Pools) removeMember(ctx context.Context, mem poolMember) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
+	ref := mem.cid
+	if ref == "" {
+		ref = containerName(mem.id)
+	}
 	if err := m.rt.Remove(ctx, ref); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		m.log.Error("remove pool member", "container", ref, "err", err)
+	}
+	if err := m.egress.removeEgress(ctx, &Record{ID: mem.id, NetworkPolicy: mem.policy}); err != nil {
+		m.log.Error("remove pool member's egress helper", "sandbox_id", mem.id, "err", err)
 	}
 }
 
@@ -377,18 +476,22 @@ func (m *Pools) adoptPoolMember(ctx context.Context, c runtime.Container) bool {
 	ps := m
 	ps.mu.Lock()
 	p := ps.byName[name]
-	keep := p != nil && c.State == runtime.StateRunning && c.Labels[LabelPoolRevision] == p.revision &&
+	keep := p != nil && c.State == runtime.StateRunning && c.Labels[LabelPoolRevision] == p.def.revision &&
 		len(p.idle)+p.creating < p.target()
 	if keep && !slices.ContainsFunc(p.idle, func(mem poolMember) bool { return mem.cid == c.ID }) {
-		p.idle = append(p.idle, poolMember{id: c.Labels[LabelID], cid: c.ID})
+		// Its egress daemon ended with the previous process: the next
+		// check or claim starts it again (memberEgress).
+		p.idle = append(p.idle, poolMember{id: c.Labels[LabelID], cid: c.ID, policy: p.def.enforced})
 	}
 	ps.mu.Unlock()
 	if keep {
 		m.log.Info("adopted pool member", "pool", name, "sandbox_id", c.Labels[LabelID])
 		return true
 	}
+	// Its egress helper, if any, goes with the helpers of gone sandboxes
+	// (restoreEgress).
 	m.log.Info("removing stale pool member", "pool", name, "sandbox_id", c.Labels[LabelID], "container", runtime.ShortID(c.ID))
-	m.removeMember(ctx, c.ID)
+	m.removeMember(ctx, poolMember{id: c.Labels[LabelID], cid: c.ID})
 	return true
 }
 
@@ -486,33 +589,35 @@ func (ps *Pools) reserve(p *pool) int {
 // for its answer. A member no longer wanted when it is ready (the pool was
 // deleted or shrunk meanwhile) is removed.
 func (m *Pools) addMember(ctx context.Context, p *pool) error {
-	mem, err := m.makeMember(ctx, p)
 	ps := m
 	ps.mu.Lock()
+	def := p.def
+	ps.mu.Unlock()
+	mem, err := m.makeMember(ctx, p.name, def)
+	ps.mu.Lock()
 	p.creating--
-	wanted := err == nil && !p.removed && len(p.idle)+p.creating < p.target()
+	wanted := err == nil && !p.removed && p.def.revision == def.revision && len(p.idle)+p.creating < p.target()
 	if wanted {
 		p.idle = append(p.idle, mem)
 	}
 	ps.mu.Unlock()
 	if err == nil && !wanted {
-		m.removeMember(ctx, mem.cid)
+		m.removeMember(ctx, mem)
 	}
 	return err
 }
 
-func (m *Pools) makeMember(ctx context.Context, p *pool) (mem poolMember, err error) {
-	mem.id = newID()
-	spec := p.tmpl
+// makeMember makes a member of pool name from def. A policed member is
+// made as a policed create is: it gets its network only once its helper
+// holds the firewall, and it is ready only once the policy is in force.
+func (m *Pools) makeMember(ctx context.Context, name string, def *poolDef) (mem poolMember, err error) {
+	mem.id, mem.policy = newID(), def.enforced
+	spec := def.tmpl
 	spec.Name = containerName(mem.id)
-	spec.Labels = map[string]string{LabelID: mem.id, LabelInstance: m.instance, LabelPool: p.name, LabelPoolRevision: p.revision}
+	spec.Labels = map[string]string{LabelID: mem.id, LabelInstance: m.instance, LabelPool: name, LabelPoolRevision: def.revision}
 	defer func() {
 		if err != nil {
-			ref := mem.cid
-			if ref == "" {
-				ref = spec.Name
-			}
-			m.removeMember(ctx, ref)
+			m.removeMember(ctx, mem)
 		}
 	}()
 	if err := m.ensureImage(ctx, spec.Image, nil, "", nil); err != nil {
@@ -521,22 +626,28 @@ func (m *Pools) makeMember(ctx context.Context, p *pool) (mem poolMember, err er
 	if mem.cid, err = m.rt.Create(ctx, spec); err != nil {
 		return mem, err
 	}
+	plan := &createPlan{rec: Record{ID: mem.id, ContainerID: mem.cid, NetworkPolicy: def.enforced}, spec: spec}
+	if err := m.egress.detachEgress(ctx, plan); err != nil {
+		return mem, err
+	}
 	if err := m.rt.Start(ctx, mem.cid); err != nil {
 		return mem, err
 	}
-	if err := m.pingAgent(ctx, mem.cid); err != nil {
+	waitEgress := m.egress.startEgress(ctx, plan)
+	if err := errors.Join(m.pingAgent(ctx, mem.cid), waitEgress()); err != nil {
 		return mem, err
 	}
+	mem.helper, mem.upstreams = plan.rec.EgressHelper, plan.rec.EgressUpstreams
 	return mem, nil
 }
 
 // checkPool drops the idle members whose container stopped or vanished,
-// and makes sure the others' agents run (members adopted after a restart
-// have none yet).
+// and makes sure the others' agents and egress daemons run (members
+// adopted after a restart have none yet).
 func (m *Pools) checkPool(ctx context.Context, p *pool) {
 	ps := m
 	ps.mu.Lock()
-	idle := slices.Clone(p.idle)
+	idle, spec := slices.Clone(p.idle), p.def.tmpl
 	ps.mu.Unlock()
 	if len(idle) == 0 {
 		return
@@ -549,21 +660,30 @@ func (m *Pools) checkPool(ctx context.Context, p *pool) {
 	for _, c := range conts {
 		running[c.ID] = c.State == runtime.StateRunning
 	}
-	var dead []string
+	var dead []poolMember
 	for _, mem := range idle {
-		if !running[mem.cid] || m.pingAgent(ctx, mem.cid) != nil {
-			dead = append(dead, mem.cid)
+		rec := Record{ID: mem.id, ContainerID: mem.cid, NetworkPolicy: mem.policy, EgressUpstreams: mem.upstreams}
+		if !running[mem.cid] || m.pingAgent(ctx, mem.cid) != nil || m.egress.memberEgress(ctx, &rec, spec) != nil {
+			dead = append(dead, mem)
 		}
 	}
 	if len(dead) == 0 || ctx.Err() != nil {
 		return
 	}
+	// Only those still idle: one claimed meanwhile is the claim's to check.
+	var gone []poolMember
 	ps.mu.Lock()
-	p.idle = slices.DeleteFunc(p.idle, func(mem poolMember) bool { return slices.Contains(dead, mem.cid) })
+	p.idle = slices.DeleteFunc(p.idle, func(mem poolMember) bool {
+		if slices.ContainsFunc(dead, func(d poolMember) bool { return d.cid == mem.cid }) {
+			gone = append(gone, mem)
+			return true
+		}
+		return false
+	})
 	ps.mu.Unlock()
-	for _, cid := range dead {
-		m.log.Warn("pool member stopped; replacing it", "pool", p.name, "container", runtime.ShortID(cid))
-		m.removeMember(ctx, cid)
+	for _, mem := range gone {
+		m.log.Warn("pool member stopped; replacing it", "pool", p.name, "container", runtime.ShortID(mem.cid))
+		m.removeMember(ctx, mem)
 	}
 	p.kick()
 }
@@ -589,7 +709,7 @@ func (m *Pools) CreatePool(ctx context.Context, name string, spec PoolSpec, capa
 	if err := m.savePools(); err != nil {
 		return nil, err
 	}
-	m.log.Info("pool created", "pool", name, "image", p.spec.Image, "size", p.target())
+	m.log.Info("pool created", "pool", name, "image", p.def.spec.Image, "size", p.target(), "policed", p.def.policy != nil)
 	return m.GetPool(ctx, name)
 }
 
@@ -625,33 +745,58 @@ func (m *Pools) GetPool(ctx context.Context, name string) (*Pool, error) {
 	return p.view(allocated[name]), nil
 }
 
-// UpdatePool changes a pool's capacity; idle members beyond the new target
-// are removed before it returns. A pool of the config file changes until the
-// next restart.
-func (m *Pools) UpdatePool(ctx context.Context, name string, capacity PoolCapacity) (*Pool, error) {
-	if err := capacity.validate(); err != nil {
+// UpdatePool changes a pool's capacity, and its policy if u says so: idle
+// members beyond the new target, or made with the old policy, are removed
+// before it returns, and the pool refills. A pool of the config file
+// changes until the next restart.
+func (m *Pools) UpdatePool(ctx context.Context, name string, u PoolUpdate) (*Pool, error) {
+	if err := u.Capacity.validate(); err != nil {
 		return nil, err
 	}
 	ps := m
 	ps.mu.Lock()
 	p := ps.byName[name]
+	var spec PoolSpec
+	if p != nil {
+		spec = p.def.spec
+	}
+	ps.mu.Unlock()
 	if p == nil {
-		ps.mu.Unlock()
 		return nil, poolNotFound(name)
 	}
-	p.capacity = capacity
-	var excess []poolMember
+	var def *poolDef
+	if u.SetPolicy {
+		spec.NetworkPolicy = u.NetworkPolicy
+		var err error
+		if def, err = m.newDef(name, spec); err != nil {
+			return nil, err
+		}
+	}
+	ps.mu.Lock()
+	if ps.byName[name] != p {
+		ps.mu.Unlock()
+		return nil, poolNotFound(name) // deleted meanwhile
+	}
+	p.capacity = u.Capacity
+	var stale []poolMember
+	if def != nil && def.revision != p.def.revision {
+		// Members in creation see the new def and remove themselves.
+		stale, p.idle = p.idle, nil
+	}
+	if def != nil {
+		p.def = def
+	}
 	if n := len(p.idle) - p.target(); n > 0 {
-		excess = slices.Clone(p.idle[len(p.idle)-n:])
-		p.idle = p.idle[:len(p.idle)-n]
+		stale = append(stale, p.idle[len(p.idle)-n:]...)
+		p.idle = slices.Clone(p.idle[:len(p.idle)-n])
 	}
 	p.kick()
 	ps.mu.Unlock()
-	m.removeMembers(ctx, excess)
+	m.removeMembers(ctx, stale)
 	if err := m.savePools(); err != nil {
 		return nil, err
 	}
-	m.log.Info("pool resized", "pool", name, "size", p.target(), "removed", len(excess))
+	m.log.Info("pool updated", "pool", name, "size", p.target(), "removed", len(stale), "policy_set", u.SetPolicy)
 	return m.GetPool(ctx, name)
 }
 
@@ -687,7 +832,7 @@ func (m *Pools) DeletePool(ctx context.Context, name string) error {
 func (m *Pools) removeMembers(ctx context.Context, members []poolMember) {
 	var wg sync.WaitGroup
 	for _, mem := range members {
-		wg.Go(func() { m.removeMember(ctx, mem.cid) })
+		wg.Go(func() { m.removeMember(ctx, mem) })
 	}
 	wg.Wait()
 }
@@ -699,10 +844,10 @@ func poolNotFound(name string) error {
 // view is the API object of p; the caller holds Pools.mu.
 func (p *pool) view(allocated int) *Pool {
 	return &Pool{
-		Name: p.name, CapacitySpec: p.capacity, CreatedAt: p.createdAt,
+		Name: p.name, CapacitySpec: p.capacity, CreatedAt: p.createdAt, NetworkPolicy: p.def.policy,
 		Status: &PoolStatus{
 			Total: allocated + len(p.idle) + p.creating, Allocated: allocated,
-			Available: len(p.idle), Revision: p.revision,
+			Available: len(p.idle), Revision: p.def.revision,
 		},
 	}
 }
@@ -731,7 +876,7 @@ func (m *Pools) savePools() error {
 	var stored []storedPool
 	for _, p := range ps.byName {
 		if !p.configured {
-			stored = append(stored, storedPool{Name: p.name, Spec: p.spec, Capacity: p.capacity, CreatedAt: p.createdAt})
+			stored = append(stored, storedPool{Name: p.name, Spec: p.def.spec, Capacity: p.capacity, CreatedAt: p.createdAt})
 		}
 	}
 	ps.mu.Unlock()
@@ -744,4 +889,17 @@ func (m *Pools) savePools() error {
 		return &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "persist pools", Err: err}
 	}
 	return nil
+}
+
+// idleIDs returns the sandbox ids of every idle member.
+func (m *Pools) idleIDs() map[string]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids := map[string]bool{}
+	for _, p := range m.byName {
+		for _, mem := range p.idle {
+			ids[mem.id] = true
+		}
+	}
+	return ids
 }

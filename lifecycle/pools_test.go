@@ -329,7 +329,7 @@ func TestPoolResizeAndDelete(t *testing.T) {
 	req.Extensions = map[string]string{ExtPoolRef: "warm"}
 	claimed, claimedCID := e.create(t, req)
 
-	p, err := e.m.UpdatePool(ctx, "warm", PoolCapacity{BufferMax: 1, BufferMin: 0, PoolMax: 5, PoolMin: 0})
+	p, err := e.m.UpdatePool(ctx, "warm", PoolUpdate{Capacity: PoolCapacity{BufferMax: 1, BufferMin: 0, PoolMax: 5, PoolMin: 0}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func TestCreatePoolAPI(t *testing.T) {
 	}
 
 	// API pools survive a restart; config pools come from the config.
-	if _, err := e.m.UpdatePool(ctx, "api", PoolCapacity{BufferMax: 3, PoolMax: 3}); err != nil {
+	if _, err := e.m.UpdatePool(ctx, "api", PoolUpdate{Capacity: PoolCapacity{BufferMax: 3, PoolMax: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := New(e.cfg, e.rt, e.store, slog.New(slog.DiscardHandler))

@@ -179,10 +179,7 @@ func (m *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 	if err := m.egress.planEgress(p, policy); err != nil {
 		return nil, err
 	}
-	if p.rec.NetworkPolicy == nil {
-		// Pool members are made without a policy's helper.
-		m.warm.assignPool(poolRef, p)
-	}
+	m.warm.assignPool(poolRef, p)
 	return p, nil
 }
 
