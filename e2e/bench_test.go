@@ -38,6 +38,7 @@ func TestBenchShort(t *testing.T) {
 	figures := []string{
 		"create-to-ready p50", "create-to-ready p95", "create-to-ready p99",
 		"command true p50", "command true p99", "command echo 1KiB p50", "command echo 1KiB p99",
+		"sh -c true forked in the sandbox p50", "command true p50 vs sh -c true",
 		"upload 1KiB p50", "download 1KiB p50", "upload 4MiB", "upload 4MiB, unknown length", "download 4MiB",
 		"burst 4 creates success", "burst 4 creates p50", "burst 4 creates p99",
 		"burst 4 commands success", "burst 4 commands p99",
