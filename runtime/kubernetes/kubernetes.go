@@ -199,6 +199,8 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.Spec) (string, err
 	var np *networkingv1.NetworkPolicy
 	switch spec.Network.Mode {
 	case runtime.NetworkDefault:
+	case runtime.NetworkIsolated:
+		pod.Labels[labelNetwork] = spec.Network.Name // selected by its policy
 	case runtime.NetworkNone:
 		if np, err = k.createPolicy(ctx, pod, nil); err != nil {
 			return "", err
