@@ -1,0 +1,90 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/lifecycle"
+)
+
+// lifecycle over this runtime, on client-go's fake clientset with the
+// agent served in process: a sandbox is created as a pod, reached through
+// its agent, refused what a pod cannot do, and deleted with its pod.
+func TestLifecycleOverKubernetes(t *testing.T) {
+	cs := fake.NewClientset()
+	runningOnCreate(cs)
+	k := newWithClient(cs, testOptions())
+	dials := 0
+	k.dial = pipeAgent(&dials)
+	cfg := config.Default()
+	cfg.Runtime.Type = "kubernetes"
+	store, err := lifecycle.OpenStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lifecycle.New(cfg, k, store, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start()
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for m.Ready() != nil {
+		if ctx.Err() != nil {
+			t.Fatal("lifecycle never became ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	timeout := 600
+	sb, err := m.Create(ctx, lifecycle.CreateRequest{
+		Image: &lifecycle.ImageSpec{URI: "busybox"}, Entrypoint: []string{"tail", "-f", "/dev/null"},
+		Timeout: &timeout, Metadata: map[string]string{"team": "fake"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := k.Inspect(ctx, "sandbox-"+sb.ID)
+	if err != nil || pod.Labels["team"] != "fake" || pod.Labels[lifecycle.LabelID] != sb.ID {
+		t.Fatalf("pod of sandbox %s: %+v, %v", sb.ID, pod, err)
+	}
+	rt, err := m.Transport(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent/command", strings.NewReader(`{"command":"echo in-pod"}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "in-pod") {
+		t.Errorf("command through lifecycle: %s", body)
+	}
+	err = m.Pause(ctx, sb.ID)
+	var le *lifecycle.Error
+	if !errors.As(err, &le) || le.Code != "SANDBOX::API_NOT_SUPPORTED" || !strings.Contains(le.Message, "kubernetes") {
+		t.Errorf("Pause = %v, want upstream's not-supported refusal naming the runtime", err)
+	}
+	if err := m.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Get(ctx, sb.ID); err == nil {
+		t.Error("sandbox still there after Delete")
+	}
+	if list, _ := k.List(ctx, nil); len(list) != 0 {
+		t.Errorf("%d pods left after Delete", len(list))
+	}
+}
