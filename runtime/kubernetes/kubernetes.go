@@ -111,6 +111,9 @@ func RestConfig(kubeconfig, context string) (*rest.Config, error) {
 
 // New connects to the cluster cfg describes.
 func New(cfg *rest.Config, opts Options) (*Kubernetes, error) {
+	if opts.Namespace == "" || opts.LeaseName == "" || opts.Identity == "" || opts.AgentImage == "" {
+		return nil, errors.New("kubernetes: namespace, lease name, identity and agent image are required")
+	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)

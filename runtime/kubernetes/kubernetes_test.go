@@ -31,7 +31,8 @@ func testOptions() Options {
 	return Options{
 		Namespace: "sandboxes", AgentImage: "sandboxd:test", ImagePullPolicy: corev1.PullNever,
 		DefaultCPURequest: resource.MustParse("100m"), DefaultMemoryRequest: resource.MustParse("128Mi"),
-		Logger: slog.New(slog.DiscardHandler), LeaseName: "sandboxd-leader",
+		Logger: slog.New(slog.DiscardHandler), LeaseName: "sandboxd-leader", Identity: "test",
+		LeaseTiming: Timing{LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond},
 	}
 }
 

@@ -17,8 +17,9 @@ import (
 )
 
 // lifecycle over this runtime, on client-go's fake clientset with the
-// agent served in process: a sandbox is created as a pod, reached through
-// its agent, refused what a pod cannot do, and deleted with its pod.
+// agent served in process, leading through the Lease and keeping records
+// on the pods: a sandbox is created as a pod, reached through its agent,
+// refused what a pod cannot do, and deleted with its pod.
 func TestLifecycleOverKubernetes(t *testing.T) {
 	cs := fake.NewClientset()
 	runningOnCreate(cs)
@@ -31,7 +32,7 @@ func TestLifecycleOverKubernetes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := lifecycle.New(cfg, k, store, slog.New(slog.DiscardHandler))
+	m, err := lifecycle.New(cfg, k, lifecycle.StoreFor(k, store), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +58,10 @@ func TestLifecycleOverKubernetes(t *testing.T) {
 	pod, err := k.Inspect(ctx, "sandbox-"+sb.ID)
 	if err != nil || pod.Labels["team"] != "fake" || pod.Labels[lifecycle.LabelID] != sb.ID {
 		t.Fatalf("pod of sandbox %s: %+v, %v", sb.ID, pod, err)
+	}
+	// The record lives on the pod, for every replica.
+	if rec, err := k.Record(ctx, "sandbox-"+sb.ID); err != nil || !strings.Contains(string(rec), sb.ID) {
+		t.Errorf("record on the pod: %s, %v", rec, err)
 	}
 	rt, err := m.Transport(ctx, sb.ID)
 	if err != nil {
