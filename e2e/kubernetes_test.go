@@ -232,3 +232,33 @@ func TestKubernetesSDK(t *testing.T) {
 	s.runNode(t, "sdk_smoke.test.mjs", nil)
 	s.runNode(t, "kubernetes_sdk.test.mjs", nil)
 }
+
+// Two replicas share one namespace: both serve every sandbox (records live
+// on the pods), one leads (the Lease); when the leader is killed, the other
+// takes the Lease over and reaps what expires.
+func TestKubernetesReplicaTakeover(t *testing.T) {
+	k := kubeClusterOrSkip(t)
+	a := k.server(t)
+	b := k.server(t, withTOML(fmt.Sprintf("[lifecycle]\ninstance_id = %q", a.InstanceID)))
+	sb := createSandbox(t, a, "/v1/sandboxes", busyboxWith(map[string]any{"timeout": 60}))
+	if got := getSandbox(t, b, "/v1", sb.ID); got.Status.State != "Running" {
+		t.Fatalf("the other replica sees sandbox %s as %q, want Running", sb.ID, got.Status.State)
+	}
+	if out := runCommand(t, b, sb.ID, "echo via-b"); out != "via-b" {
+		t.Errorf("command through the other replica: %q", out)
+	}
+	lease, err := k.cs.CoordinationV1().Leases(k.namespace).Get(context.Background(), "sandboxd-leader", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := *lease.Spec.HolderIdentity
+	a.Kill9() // the Lease is not released: b waits for it to expire
+	waitReaped(t, b, sb.ID, parseUTC(t, "expiresAt", sb.ExpiresAt))
+	lease, err = k.cs.CoordinationV1().Leases(k.namespace).Get(context.Background(), "sandboxd-leader", metav1.GetOptions{})
+	if err != nil || *lease.Spec.HolderIdentity == first {
+		t.Errorf("lease held by %v (%v), want the second replica, not %s", lease.Spec.HolderIdentity, err, first)
+	}
+	waitUntil(t, time.Minute, "the expired sandbox's pod to go", func() bool {
+		return len(k.pods(t, "opensandbox.io/id="+sb.ID)) == 0
+	})
+}
