@@ -213,19 +213,23 @@ size = 1
 entrypoint = ["tail", "-f", "/dev/null"]
 resource_limits = { cpu = "1", memory = "512Mi" }
 `, imageBusybox)))
-	var members []string
-	waitUntil(t, 2*time.Minute, "the pool's pod", func() bool {
-		members = k.pods(t, "opensandbox.io/sandboxd-pool=warm")
-		return len(members) == 1
-	})
+	waitPool(t, s, "warm", 1)
+	members := k.pods(t, "opensandbox.io/sandboxd-pool=warm")
+	if len(members) != 1 {
+		t.Fatalf("pool pods %v, want one", members)
+	}
 	sb := createSandbox(t, s, "/v1/sandboxes", map[string]any{"extensions": map[string]string{"poolRef": "warm"}, "timeout": 600})
+	if members[0] != "sandbox-"+sb.ID {
+		t.Errorf("sandbox %s is not the pool's pod %s", sb.ID, members[0])
+	}
 	if got := runCommand(t, s, sb.ID, "echo from-pool"); got != "from-pool" {
 		t.Errorf("pool sandbox command output %q", got)
 	}
 	// The pod taken keeps its pool label; the refill is a second one.
-	waitUntil(t, 2*time.Minute, "the pool to refill", func() bool {
-		return len(k.pods(t, "opensandbox.io/sandboxd-pool=warm")) == 2
-	})
+	waitPool(t, s, "warm", 1)
+	if pods := k.pods(t, "opensandbox.io/sandboxd-pool=warm"); len(pods) != 2 {
+		t.Errorf("pool pods after the refill: %v, want the taken one and a new one", pods)
+	}
 }
 
 // The official TypeScript SDK works unchanged against pods.
