@@ -3,12 +3,14 @@
 package kubernetes
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,12 +192,37 @@ func pipeAgent(dials *int) func(context.Context, string, io.Writer) (io.ReadWrit
 	}
 }
 
-func TestSandboxLifeOnFakeCluster(t *testing.T) {
-	cs := fake.NewClientset()
+// fakeCluster is a runtime on the fake clientset whose pods run and whose
+// agent is served in process; dials counts the agent's exec streams.
+func fakeCluster() (cs *fake.Clientset, k *Kubernetes, dials *int) {
+	cs = fake.NewClientset()
 	runningOnCreate(cs)
-	k := newWithClient(cs, testOptions())
-	dials := 0
-	k.dial = pipeAgent(&dials)
+	k = newWithClient(cs, testOptions())
+	dials = new(int)
+	k.dial = pipeAgent(dials)
+	return cs, k, dials
+}
+
+// echo runs command through an agent transport and checks its output
+// holds want.
+func echo(t *testing.T, rt http.RoundTripper, command, want string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"command": command})
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://agent/command", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(out), want) {
+		t.Errorf("output of %q: %s, want %q in it", command, out, want)
+	}
+}
+
+func TestSandboxLifeOnFakeCluster(t *testing.T) {
+	cs, k, dials := fakeCluster()
 	ctx := context.Background()
 
 	spec := hardenedSpec()
@@ -234,14 +261,14 @@ func TestSandboxLifeOnFakeCluster(t *testing.T) {
 		}
 	}
 
-	rt1, err := k.Agent(ctx, id)
+	rt, err := k.Agent(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.Agent(ctx, id); err != nil || dials != 1 {
-		t.Errorf("second Agent: %v after %d execs, want the one stream reused", err, dials)
+	echo(t, rt, "echo in-fake-pod", "in-fake-pod")
+	if _, err := k.Agent(ctx, id); err != nil || *dials != 1 {
+		t.Errorf("second Agent: %v after %d execs, want the one stream reused", err, *dials)
 	}
-	_ = rt1
 
 	if err := k.Remove(ctx, id); err != nil {
 		t.Fatal(err)

@@ -3,14 +3,10 @@ package kubernetes
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/lifecycle"
@@ -21,11 +17,7 @@ import (
 // on the pods: a sandbox is created as a pod, reached through its agent,
 // refused what a pod cannot do, and deleted with its pod.
 func TestLifecycleOverKubernetes(t *testing.T) {
-	cs := fake.NewClientset()
-	runningOnCreate(cs)
-	k := newWithClient(cs, testOptions())
-	dials := 0
-	k.dial = pipeAgent(&dials)
+	_, k, _ := fakeCluster()
 	cfg := config.Default()
 	cfg.Runtime.Type = "kubernetes"
 	store, err := lifecycle.OpenStore(t.TempDir())
@@ -67,17 +59,7 @@ func TestLifecycleOverKubernetes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent/command", strings.NewReader(`{"command":"echo in-pod"}`))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "in-pod") {
-		t.Errorf("command through lifecycle: %s", body)
-	}
+	echo(t, rt, "echo in-pod", "in-pod")
 	err = m.Pause(ctx, sb.ID)
 	var le *lifecycle.Error
 	if !errors.As(err, &le) || le.Code != "SANDBOX::API_NOT_SUPPORTED" || !strings.Contains(le.Message, "kubernetes") {
