@@ -197,7 +197,7 @@ func TestKubernetesExpiry(t *testing.T) {
 	k := kubeClusterOrSkip(t)
 	s := k.server(t)
 	sb := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"timeout": 60}))
-	waitReaped(t, s, sb.ID, parseUTC(t, "expiresAt", sb.ExpiresAt))
+	waitExpired(t, s, sb.ID, parseUTC(t, "expiresAt", sb.ExpiresAt))
 	waitUntil(t, time.Minute, "the expired sandbox's pod to go", func() bool {
 		return len(k.pods(t, "opensandbox.io/id="+sb.ID)) == 0
 	})
@@ -260,7 +260,7 @@ func TestKubernetesReplicaTakeover(t *testing.T) {
 	}
 	first := *lease.Spec.HolderIdentity
 	a.Kill9() // the Lease is not released: b waits for it to expire
-	waitReaped(t, b, sb.ID, parseUTC(t, "expiresAt", sb.ExpiresAt))
+	waitExpired(t, b, sb.ID, parseUTC(t, "expiresAt", sb.ExpiresAt))
 	lease, err = k.cs.CoordinationV1().Leases(k.namespace).Get(context.Background(), "sandboxd-leader", metav1.GetOptions{})
 	if err != nil || *lease.Spec.HolderIdentity == first {
 		t.Errorf("lease held by %v (%v), want the second replica, not %s", lease.Spec.HolderIdentity, err, first)
