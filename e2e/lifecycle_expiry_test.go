@@ -102,6 +102,14 @@ func TestLifecycleTTLExpiry(t *testing.T) {
 // before expires, and checks that its container is gone too.
 func waitReaped(t testing.TB, s *Server, id string, expires time.Time) {
 	t.Helper()
+	waitExpired(t, s, id, expires)
+	assertGone(t, s, id)
+}
+
+// waitExpired waits until a sandbox is gone from the API (GET 404), and
+// fails if it went before expires.
+func waitExpired(t testing.TB, s *Server, id string, expires time.Time) {
+	t.Helper()
 	waitUntil(t, time.Until(expires)+reapSlack, "sandbox "+id+" to be reaped", func() bool {
 		status, _, body := s.do(t, http.MethodGet, sandboxPath(id), nil, nil)
 		switch status {
@@ -118,5 +126,4 @@ func waitReaped(t testing.TB, s *Server, id string, expires time.Time) {
 	if now := time.Now(); now.Before(expires) {
 		t.Errorf("sandbox %s was gone at %s, before its expiresAt %s", id, now.Format(time.RFC3339Nano), expires.Format(time.RFC3339Nano))
 	}
-	assertGone(t, s, id)
 }

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runtime"
@@ -52,6 +53,9 @@ func newKubernetes(k config.Kubernetes, log *slog.Logger) (*kubernetes.Kubernete
 			Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value, Effect: corev1.TaintEffect(t.Effect),
 		})
 	}
+	// client-go logs through klog (leader election, stream errors): into
+	// sandboxd's log, not bare on stderr.
+	klog.SetSlogLogger(log.With("component", "client-go"))
 	log.Info("kubernetes runtime", "api_server", rc.Host, "namespace", k.Namespace, "agent_image", k.AgentImage)
 	return kubernetes.New(rc, kubernetes.Options{
 		Namespace: k.Namespace, ServiceAccount: k.ServiceAccount, RuntimeClassName: k.RuntimeClassName,

@@ -165,18 +165,7 @@ func TestExecTransport(t *testing.T) {
 					t.Fatalf("ping over the exec stream: %v", err)
 				}
 			}
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent/command",
-				strings.NewReader(`{"command":"echo over-exec"}`))
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := client.Transport().RoundTrip(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if !strings.Contains(string(body), "over-exec") {
-				t.Errorf("command output %q lacks the echo", body)
-			}
+			echo(t, client.Transport(), "echo over-exec", "over-exec")
 			rt.mu.Lock()
 			defer rt.mu.Unlock()
 			// The translator's own SPDY dial to the kubelet counts too.

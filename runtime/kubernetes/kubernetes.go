@@ -111,6 +111,9 @@ func RestConfig(kubeconfig, context string) (*rest.Config, error) {
 
 // New connects to the cluster cfg describes.
 func New(cfg *rest.Config, opts Options) (*Kubernetes, error) {
+	if opts.Namespace == "" || opts.LeaseName == "" || opts.Identity == "" || opts.AgentImage == "" {
+		return nil, errors.New("kubernetes: namespace, lease name, identity and agent image are required")
+	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
@@ -199,6 +202,8 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.Spec) (string, err
 	var np *networkingv1.NetworkPolicy
 	switch spec.Network.Mode {
 	case runtime.NetworkDefault:
+	case runtime.NetworkIsolated:
+		pod.Labels[labelNetwork] = spec.Network.Name // selected by its policy
 	case runtime.NetworkNone:
 		if np, err = k.createPolicy(ctx, pod, nil); err != nil {
 			return "", err

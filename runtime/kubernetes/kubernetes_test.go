@@ -3,12 +3,13 @@
 package kubernetes
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +18,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -26,31 +26,6 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/agent"
 )
-
-func testOptions() Options {
-	return Options{
-		Namespace: "sandboxes", AgentImage: "sandboxd:test", ImagePullPolicy: corev1.PullNever,
-		DefaultCPURequest: resource.MustParse("100m"), DefaultMemoryRequest: resource.MustParse("128Mi"),
-		Logger: slog.New(slog.DiscardHandler), LeaseName: "sandboxd-leader",
-	}
-}
-
-func hardenedSpec() runtime.Spec {
-	return runtime.Spec{
-		Name: "sandbox-1", Image: "busybox", Cmd: []string{"sleep", "infinity"}, Env: []string{"A=1", "B=x=y"},
-		Labels: map[string]string{
-			"opensandbox.io/id":         "1",
-			"opensandbox.io/expires-at": "2026-12-01T10:00:00.5Z", // not a label value
-			"team":                      "a b",                    // nor this
-		},
-		Resources:       runtime.Resources{NanoCPUs: 500_000_000, MemoryBytes: 64 << 20, Pids: 100},
-		User:            "1000:1001",
-		ReadOnlyRoot:    true,
-		Capabilities:    runtime.Capabilities{DropAll: true, Add: []string{"CHOWN", "KILL"}},
-		NoNewPrivileges: true,
-		Tmpfs:           []runtime.Tmpfs{{Path: "/tmp", SizeBytes: 256 << 20, Exec: true}},
-	}
-}
 
 // The pod of a sandbox carries Docker's hardening: nothing privileged, the
 // capability set asked, no privilege escalation, RuntimeDefault seccomp,
@@ -189,12 +164,37 @@ func pipeAgent(dials *int) func(context.Context, string, io.Writer) (io.ReadWrit
 	}
 }
 
-func TestSandboxLifeOnFakeCluster(t *testing.T) {
-	cs := fake.NewClientset()
+// fakeCluster is a runtime on the fake clientset whose pods run and whose
+// agent is served in process; dials counts the agent's exec streams.
+func fakeCluster() (cs *fake.Clientset, k *Kubernetes, dials *int) {
+	cs = fake.NewClientset()
 	runningOnCreate(cs)
-	k := newWithClient(cs, testOptions())
-	dials := 0
-	k.dial = pipeAgent(&dials)
+	k = newWithClient(cs, testOptions())
+	dials = new(int)
+	k.dial = pipeAgent(dials)
+	return cs, k, dials
+}
+
+// echo runs command through an agent transport and checks its output
+// holds want.
+func echo(t *testing.T, rt http.RoundTripper, command, want string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"command": command})
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://agent/command", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(out), want) {
+		t.Errorf("output of %q: %s, want %q in it", command, out, want)
+	}
+}
+
+func TestSandboxLifeOnFakeCluster(t *testing.T) {
+	cs, k, dials := fakeCluster()
 	ctx := context.Background()
 
 	spec := hardenedSpec()
@@ -233,14 +233,14 @@ func TestSandboxLifeOnFakeCluster(t *testing.T) {
 		}
 	}
 
-	rt1, err := k.Agent(ctx, id)
+	rt, err := k.Agent(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.Agent(ctx, id); err != nil || dials != 1 {
-		t.Errorf("second Agent: %v after %d execs, want the one stream reused", err, dials)
+	echo(t, rt, "echo in-fake-pod", "in-fake-pod")
+	if _, err := k.Agent(ctx, id); err != nil || *dials != 1 {
+		t.Errorf("second Agent: %v after %d execs, want the one stream reused", err, *dials)
 	}
-	_ = rt1
 
 	if err := k.Remove(ctx, id); err != nil {
 		t.Fatal(err)

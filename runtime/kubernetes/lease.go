@@ -24,7 +24,8 @@ var DefaultTiming = Timing{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * 
 
 // Lead implements runtime.Leadership with a coordination.k8s.io Lease
 // (Options.LeaseName) held as Options.Identity. The leader releases the
-// Lease when ctx ends, so a successor need not wait for it to expire.
+// Lease when ctx ends, so a successor need not wait for it to expire. It
+// fails only with ctx's error.
 func (k *Kubernetes) Lead(ctx context.Context) (context.Context, error) {
 	t := k.opts.LeaseTiming
 	if t == (Timing{}) {
@@ -52,7 +53,8 @@ func (k *Kubernetes) Lead(ctx context.Context) (context.Context, error) {
 		},
 	})
 	if err != nil {
-		return nil, err
+		// Options New checked: a bug, not a state to wait out silently.
+		panic("kubernetes: lease configuration: " + err.Error())
 	}
 	go le.Run(ctx)
 	select {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -141,4 +142,49 @@ func (k *Kubernetes) deletePolicy(ctx context.Context, name string) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		k.log.Warn("delete network policy", "name", name, "err", err)
 	}
+}
+
+// labelNetwork puts a pod on an isolated network (EnsureIsolatedNetwork).
+const labelNetwork = "opensandbox.io/sandboxd-network"
+
+// isolatedPolicy is the NetworkPolicy of isolated network name: its pods
+// take no connection from anyone (other sandboxes included; sandboxd
+// reaches them over exec), and reach out freely.
+func isolatedPolicy(name, namespace string, labels map[string]string) *networkingv1.NetworkPolicy {
+	l := map[string]string{labelManagedBy: managedBy}
+	for k, v := range labels {
+		if validLabel(k, v) {
+			l[k] = v
+		}
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-network-" + name, Namespace: namespace, Labels: l},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{labelNetwork: name}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		},
+	}
+}
+
+// EnsureIsolatedNetwork implements runtime.IsolatedNetworks with a
+// NetworkPolicy that denies all ingress to the network's pods. It holds
+// only where the cluster's network plugin enforces NetworkPolicies.
+func (k *Kubernetes) EnsureIsolatedNetwork(ctx context.Context, name string, labels map[string]string) error {
+	want := isolatedPolicy(name, k.opts.Namespace, labels)
+	cctx, cancel := k.call(ctx)
+	defer cancel()
+	policies := k.cs.NetworkingV1().NetworkPolicies(k.opts.Namespace)
+	_, err := policies.Create(cctx, want, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return wrap(err, "create network policy %s", want.Name)
+	}
+	got, err := policies.Get(cctx, want.Name, metav1.GetOptions{})
+	if err != nil {
+		return wrap(err, "network policy %s", want.Name)
+	}
+	if len(got.Spec.Ingress) > 0 || !slices.Contains(got.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) ||
+		got.Spec.PodSelector.MatchLabels[labelNetwork] != name {
+		return fmt.Errorf("network policy %s exists but lets pods connect to the network's sandboxes; delete it or fix it", want.Name)
+	}
+	return nil
 }

@@ -1,12 +1,19 @@
 package kubernetes
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/egress"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestEgressRules(t *testing.T) {
@@ -56,5 +63,40 @@ func TestEgressRules(t *testing.T) {
 				t.Errorf("blocks %s, want %s", s, tt.want)
 			}
 		})
+	}
+}
+
+// Sandboxd's isolated network is a NetworkPolicy denying ingress to the
+// pods labelled onto it; a policy of that name that lets traffic in is
+// refused, not silently used.
+func TestIsolatedNetwork(t *testing.T) {
+	cs := fake.NewClientset()
+	k := newWithClient(cs, testOptions())
+	ctx := context.Background()
+	for range 2 { // idempotent
+		if err := k.EnsureIsolatedNetwork(ctx, "sandboxd", map[string]string{"io.sandboxd.network": "isolated"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := hardenedSpec()
+	spec.Network = runtime.Network{Mode: runtime.NetworkIsolated, Name: "sandboxd"}
+	id, err := k.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := cs.CoreV1().Pods("sandboxes").Get(ctx, id, metav1.GetOptions{})
+	np, _ := cs.NetworkingV1().NetworkPolicies("sandboxes").Get(ctx, "sandboxd-network-sandboxd", metav1.GetOptions{})
+	sel, _ := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if !sel.Matches(labels.Set(pod.Labels)) || len(np.Spec.Ingress) != 0 || len(np.Spec.PolicyTypes) != 1 {
+		t.Errorf("policy %+v does not deny all ingress to pod labels %v", np.Spec, pod.Labels)
+	}
+	np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}} // allow all
+	cs.NetworkingV1().NetworkPolicies("sandboxes").Update(ctx, np, metav1.UpdateOptions{})
+	if err := k.EnsureIsolatedNetwork(ctx, "sandboxd", nil); err == nil {
+		t.Error("a policy letting traffic in was accepted")
+	}
+	spec.Name, spec.Network = "sandbox-2", runtime.Network{Mode: runtime.NetworkNamed, Name: "corp"}
+	if _, err := k.Create(ctx, spec); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("Create on a named network = %v, want ErrNotSupported", err)
 	}
 }
