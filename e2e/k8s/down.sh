@@ -60,7 +60,7 @@ stop_component containerd
 # Shims outlive containerd; ours are the ones started with our socket.
 shims=()
 for f in /proc/[0-9]*/cmdline; do
-	if tr '\0' ' ' <"$f" 2>/dev/null | grep -q -- "containerd-shim.* -address $containerd_sock "; then
+	if { tr '\0' ' ' <"$f"; } 2>/dev/null | grep -q -- "containerd-shim.* -address $containerd_sock "; then
 		p=${f#/proc/}
 		shims+=("${p%/cmdline}")
 	fi
