@@ -24,7 +24,8 @@ import (
 // operator would, waits for the Deployment, reaches /health through
 // `kubectl port-forward` of the Service, and creates a sandbox through the
 // deployed sandboxd and runs a command in it: sandboxd works with exactly the
-// Role's verbs and its in-cluster service account.
+// Role's verbs and its in-cluster service account, and its sandboxes get
+// no service account token.
 //
 // The overlay changes only what this node lacks or what isolates the test:
 // a namespace of its own (the config's too), the image under test, an API
@@ -111,6 +112,16 @@ patches:
 	waitState(t, s, sb.ID, "Running")
 	if got := runCommand(t, s, sb.ID, "echo hello from $(hostname)"); !strings.HasPrefix(got, "hello from ") {
 		t.Fatalf("command output %q", got)
+	}
+	// The sandbox's pod runs as the ServiceAccount bound to no role, and no
+	// token of it (nor any other) is in the pod.
+	pod := kubectl(t, kc, nil, "-n", ns, "get", "pods", "-l", labelID+"="+sb.ID, "-o",
+		`jsonpath={.items[0].spec.serviceAccountName} {.items[0].spec.automountServiceAccountToken} {.items[0].spec.volumes[*].projected.sources[*].serviceAccountToken.path}`)
+	if pod != "sandbox false " {
+		t.Errorf("sandbox pod: serviceAccountName, automountServiceAccountToken, token paths = %q, want \"sandbox false \"", pod)
+	}
+	if got := runCommand(t, s, sb.ID, "ls /var/run/secrets/kubernetes.io/serviceaccount 2>&1 || true"); !strings.Contains(got, "No such file") {
+		t.Errorf("sandbox sees a service account directory: %q", got)
 	}
 	s.doJSON(t, http.MethodDelete, sandboxPath(sb.ID), nil, http.StatusNoContent, nil)
 }
