@@ -70,6 +70,7 @@ k8s_down() {
 	bash e2e/k8s/down.sh
 }
 k8s_up() {
+	# shellcheck source=/dev/null
 	if [ -f "$k8s_env" ] && (. "$k8s_env" && kubectl get --raw /readyz >/dev/null 2>&1); then
 		echo "using the cluster that is up ($k8s_env)"
 	else
