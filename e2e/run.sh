@@ -59,16 +59,22 @@ cross_platform() {
 }
 stage "cross-platform vet and build" cross_platform
 # ---- the Kubernetes test cluster (issue 16) ----
-# The e2e stage runs on a single-node cluster (e2e/k8s/up.sh), torn down when
-# this script exits, even after a failure; a cluster that is already up (one
-# shared by developers on this machine) is used and left running.
+# The e2e stage runs on a single-node cluster (e2e/k8s/up.sh), torn down after
+# that stage, or when this script exits early; a cluster that is already up
+# (one shared by developers on this machine) is used and left running.
 # SANDBOXD_E2E_KUBERNETES=0 leaves it out: the Kubernetes tests then skip.
 k8s_env=${SANDBOXD_K8S_RUN:-/var/lib/sandboxd-k8s}/env.sh
+k8s_down() {
+	trap - EXIT
+	section "kubernetes tear-down"
+	bash e2e/k8s/down.sh
+}
 k8s_up() {
+	# shellcheck source=/dev/null
 	if [ -f "$k8s_env" ] && (. "$k8s_env" && kubectl get --raw /readyz >/dev/null 2>&1); then
 		echo "using the cluster that is up ($k8s_env)"
 	else
-		trap 'section "kubernetes tear-down"; bash e2e/k8s/down.sh' EXIT
+		trap k8s_down EXIT
 		bash e2e/k8s/up.sh || return 1
 	fi
 	# shellcheck source=/dev/null
@@ -80,6 +86,8 @@ if [ "${SANDBOXD_E2E_KUBERNETES:-1}" != 0 ]; then
 fi
 # ---- end of the Kubernetes test cluster ----
 stage "e2e tests" go test -tags e2e -count=1 -timeout 60m ./e2e/...
+# The cluster this script brought up goes before the fuzzing, which wants the cores.
+[ "$(trap -p EXIT)" = "" ] || k8s_down
 
 # ---- bounded fuzzing (security suite, issue 4) ----
 # Every Fuzz target of these packages runs for SANDBOXD_FUZZTIME (default

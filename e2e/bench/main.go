@@ -35,6 +35,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -72,6 +73,7 @@ type options struct {
 	filesOnly                      bool
 	codeImage                      string
 	onlyCode, onlyEgress           bool
+	kubeconfig, k8sAgentImage      string
 	transport                      string
 	pid                            int
 	creates, commands, files       int
@@ -105,6 +107,8 @@ func run() (err error) {
 	flag.BoolVar(&o.onlyCode, "only-code", false, "measure only the /code phase")
 	flag.BoolVar(&o.onlyEgress, "only-egress", false, "measure only the egress policy phase")
 	flag.StringVar(&o.transport, "agent-transport", "auto", "with -start: the server's [docker] agent_transport (\"auto\" or \"exec\")")
+	flag.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("SANDBOXD_E2E_KUBECONFIG"), "with -start: also measure sandboxd on this Kubernetes cluster (default $SANDBOXD_E2E_KUBECONFIG; empty skips it)")
+	flag.StringVar(&o.k8sAgentImage, "k8s-agent-image", cmp.Or(os.Getenv("SANDBOXD_E2E_K8S_AGENT_IMAGE"), "localhost/sandboxd:e2e"), "the sandboxd image of the -start binary on that cluster")
 	short := flag.Bool("short", false, "small counts (3 creates, 20 commands, burst of 6, 4 MiB): for CI, not for figures")
 	flag.Parse()
 	if *short {
@@ -371,6 +375,14 @@ func (b *bench) measure(ctx context.Context, w io.Writer) error {
 			return err
 		}
 		r.codeRows(code)
+	}
+
+	if b.o.kubeconfig != "" && b.o.start != "" && !b.o.filesOnly {
+		k, err := b.kubernetes(ctx)
+		if err != nil {
+			return err
+		}
+		r.kubernetesRows(k, cold, cmd)
 	}
 
 	r.write(w)

@@ -27,6 +27,7 @@ stop() {
 		[ $alive = 1 ] || return 0
 		sleep 0.25
 	done
+	k8s_log "still running after 10 s, killed: $*"
 	kill -9 "$@" 2>/dev/null
 	sleep 0.25
 }
@@ -60,7 +61,7 @@ stop_component containerd
 # Shims outlive containerd; ours are the ones started with our socket.
 shims=()
 for f in /proc/[0-9]*/cmdline; do
-	if tr '\0' ' ' <"$f" 2>/dev/null | grep -q -- "containerd-shim.* -address $containerd_sock "; then
+	if { tr '\0' ' ' <"$f"; } 2>/dev/null | grep -q -- "containerd-shim.* -address $containerd_sock "; then
 		p=${f#/proc/}
 		shims+=("${p%/cmdline}")
 	fi
@@ -68,9 +69,16 @@ done
 stop "${shims[@]}"
 mapfile -t left < <(kubepods_pids)
 [ ${#left[@]} = 0 ] || kill -9 "${left[@]}" 2>/dev/null
-for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do
-	stop_component "$c"
+# The scheduler and controller-manager together, then the API server, then
+# etcd: each stops promptly only while what it talks to still answers.
+pids=()
+for c in kube-scheduler kube-controller-manager; do
+	pid=$(k8s_pid "$c") && pids+=("$pid")
+	rm -f "$run_dir/pids/$c.pid"
 done
+stop "${pids[@]}"
+stop_component kube-apiserver
+stop_component etcd
 
 # Mounts under the run dir, deepest first.
 mounts() { awk -v p="$run_dir/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo | sort -r -u; }
@@ -84,7 +92,12 @@ if ip link show "$bridge" >/dev/null 2>&1; then
 	done
 	ip link del "$bridge"
 fi
-rm -f /var/lib/cni/results/k8se2e-*
+# libcni's results of our pods: on our network, and on the loopback network
+# that containerd's CRI adds to every pod sandbox of ours.
+for r in /var/lib/cni/results/k8se2e-*-eth0; do
+	id=${r#/var/lib/cni/results/k8se2e-}
+	rm -f "$r" "/var/lib/cni/results/cni-loopback-${id%-eth0}-lo"
+done
 
 if [ -f "$run_dir/sysctls" ]; then
 	while read -r key value; do

@@ -51,7 +51,8 @@ sandboxd() {
 	if [ -n "${SANDBOXD_K8S_SANDBOXD_BINARY:-}" ]; then
 		cp "$SANDBOXD_K8S_SANDBOXD_BINARY" "$d/sandboxd"
 	else
-		(cd "$k8s_repo" && CGO_ENABLED=0 go build -trimpath -o "$d/sandboxd" ./cmd/sandboxd)
+		# Built as e2e's TestMain builds it, so that the two share Go's cache.
+		(cd "$k8s_repo" && CGO_ENABLED=0 go build -o "$d/sandboxd" ./cmd/sandboxd)
 	fi
 	# The legacy builder warns on stderr about its deprecation: shown only on failure.
 	docker build -q -f "$k8s_repo/images/sandboxd/Dockerfile" -t "$tag" "$d" >"$tmp/build.log" 2>&1 ||

@@ -7,7 +7,7 @@
 #                    and their Go caches live in $SANDBOXD_CACHE/k8s/<ver>-<go>
 #   SANDBOXD_K8S_RUN run state of the cluster (default /var/lib/sandboxd-k8s);
 #                    the env file is $SANDBOXD_K8S_RUN/env.sh
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # the variables are for the scripts that source this
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 k8s_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

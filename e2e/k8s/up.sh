@@ -296,6 +296,7 @@ export SANDBOXD_K8S_RUN=$run_dir
 export SANDBOXD_E2E_K8S_AGENT_IMAGE=localhost/sandboxd:e2e
 ENV
 if [ "${SANDBOXD_K8S_IMAGES:-}" != none ]; then
+	# shellcheck disable=SC2086 # a list of names
 	bash "$here/images.sh" ${SANDBOXD_K8S_IMAGES:-}
 	step "images"
 fi
