@@ -61,6 +61,7 @@ func msg(typ, content string) kernelMsg {
 }
 
 func TestCodeRunEvents(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		msgs []kernelMsg
