@@ -40,6 +40,9 @@ type server struct {
 	metrics  metricsSampler
 	// findShell locates the shell for commands; tests replace it.
 	findShell func() (shell, error)
+	// findJupyter finds the Jupyter server the sandbox announces; tests
+	// replace it rather than the process environment, to run in parallel.
+	findJupyter func() (*jupyterServer, error)
 	// delays are the production waits, which tests shorten.
 	delays delays
 
@@ -59,9 +62,10 @@ func newServer(opts Options) *server {
 		opts.TempDir = os.TempDir()
 	}
 	s := &server{opts: opts, log: opts.Logger, proxyTransport: newProxyTransport(),
-		delays: delays{interruptGrace: interruptGrace, ping: pingInterval, jupyterAbsent: jupyterAbsentGrace,
+		delays: delays{interruptGrace: interruptGrace, ping: pingInterval, jupyterAbsent: jupyterAbsentGrace, jupyterPoll: jupyterPoll,
 			metricsWatch: metricsWatchInterval, hold: eventHold}}
 	s.findShell = new(shellFinder).find
+	s.findJupyter = jupyterFromEnv
 	s.commands.init()
 	s.sessions.init()
 	s.ptys.init()
@@ -72,7 +76,7 @@ func newServer(opts Options) *server {
 
 // delays holds the waits the server makes.
 type delays struct {
-	interruptGrace, ping, jupyterAbsent, metricsWatch, hold time.Duration
+	interruptGrace, ping, jupyterAbsent, jupyterPoll, metricsWatch, hold time.Duration
 }
 
 func (s *server) routes() http.Handler {

@@ -68,6 +68,7 @@ func dialPipes(t testing.TB, agent func(stdin io.Reader, stdout io.Writer) error
 }
 
 func TestRunAndDial(t *testing.T) {
+	t.Parallel()
 	c, done, hangUp := startAgent(t)
 	hc := &http.Client{Transport: c.Transport()}
 

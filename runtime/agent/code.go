@@ -131,7 +131,7 @@ func writeCodeError(w http.ResponseWriter, err error) {
 // startKernel starts a kernel for language: in the sandbox's Jupyter server
 // if it announces one, else a Python driver if the sandbox has python3.
 func (s *server) startKernel(ctx context.Context, language, cwd string) (kernel, error) {
-	j, err := jupyterFromEnv()
+	j, err := s.findJupyter()
 	if err != nil {
 		return nil, &codeFailure{http.StatusInternalServerError, codeRuntimeError, err.Error()}
 	}
@@ -142,7 +142,7 @@ func (s *server) startKernel(ctx context.Context, language, cwd string) (kernel,
 		if s.code.noJupyter.Load() {
 			grace = 0
 		}
-		specs, err := j.kernelspecs(ctx, grace)
+		specs, err := j.kernelspecs(ctx, grace, s.delays.jupyterPoll)
 		s.code.noJupyter.Store(errors.Is(err, errNoJupyter))
 		switch {
 		case err == nil:

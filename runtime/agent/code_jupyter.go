@@ -35,6 +35,9 @@ const (
 	// jupyterAbsentGrace is how long an announced Jupyter server may take to
 	// appear before the agent concludes that the sandbox does not run one.
 	jupyterAbsentGrace = 3 * time.Second
+	// jupyterPoll is the wait between tries of a Jupyter server that does
+	// not answer yet.
+	jupyterPoll = 250 * time.Millisecond
 	// jupyterRequestTimeout bounds one REST call, a kernel start included.
 	jupyterRequestTimeout = 60 * time.Second
 )
@@ -123,7 +126,7 @@ func (j *jupyterServer) call(ctx context.Context, method, path string, in, out a
 // one named like it, else the first by name. It gives up with errNoJupyter
 // once nothing has listened and no jupyter process has run for grace: the
 // entry point that starts Jupyter may not have got to it yet.
-func (j *jupyterServer) kernelspecs(ctx context.Context, grace time.Duration) (map[string]string, error) {
+func (j *jupyterServer) kernelspecs(ctx context.Context, grace, poll time.Duration) (map[string]string, error) {
 	begin := time.Now()
 	deadline := begin.Add(jupyterStartTimeout)
 	for {
@@ -158,7 +161,7 @@ func (j *jupyterServer) kernelspecs(ctx context.Context, grace time.Duration) (m
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(poll):
 		}
 	}
 }

@@ -61,6 +61,7 @@ func msg(typ, content string) kernelMsg {
 }
 
 func TestCodeRunEvents(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		msgs []kernelMsg
@@ -221,8 +222,9 @@ func newPythonAgent(t *testing.T) *testAgent {
 	if _, err := findPython(); err != nil {
 		t.Skip("no python3")
 	}
-	t.Setenv("JUPYTER_HOST", "") // set and empty: no Jupyter
-	return newTestAgent(t)
+	a := newTestAgent(t)
+	a.findJupyter = func() (*jupyterServer, error) { return nil, nil } // no Jupyter
+	return a
 }
 
 func (a *testAgent) newCodeContext(t *testing.T) string {
@@ -260,6 +262,7 @@ func stdout(evs []codeEvent) string {
 }
 
 func TestPythonContext(t *testing.T) {
+	t.Parallel()
 	a := newPythonAgent(t)
 	id := a.newCodeContext(t)
 
@@ -325,6 +328,7 @@ func TestPythonContext(t *testing.T) {
 }
 
 func TestPythonDefaultContextAndCommand(t *testing.T) {
+	t.Parallel()
 	a := newPythonAgent(t)
 	run := func(body any) []codeEvent {
 		resp := a.post(t, "/code", body)
@@ -373,6 +377,7 @@ func (a *testAgent) startCode(t *testing.T, ctx context.Context, id, code string
 }
 
 func TestPythonInterruptBusyAndDisconnect(t *testing.T) {
+	t.Parallel()
 	a := newPythonAgent(t)
 	id := a.newCodeContext(t)
 	activity := func() int {
@@ -418,6 +423,7 @@ func TestPythonInterruptBusyAndDisconnect(t *testing.T) {
 }
 
 func TestPythonFloodAndDeath(t *testing.T) {
+	t.Parallel()
 	a := newPythonAgent(t)
 	id := a.newCodeContext(t)
 
@@ -450,7 +456,7 @@ func TestAnnouncedJupyterThatDoesNotRun(t *testing.T) {
 	// waiting for the start timeout.
 	t.Setenv("JUPYTER_HOST", "http://127.0.0.1:1")
 	a := newTestAgent(t)
-	a.delays.jupyterAbsent = 100 * time.Millisecond
+	a.delays.jupyterAbsent, a.delays.jupyterPoll = 50*time.Millisecond, 5*time.Millisecond
 	if evs := a.runCode(t, a.newCodeContext(t), "'driver'"); string(evs[1].Results["text"]) != `"'driver'"` {
 		t.Fatalf("events %+v", evs)
 	}
@@ -459,4 +465,13 @@ func TestAnnouncedJupyterThatDoesNotRun(t *testing.T) {
 	}
 	t.Setenv("JUPYTER_HOST", "ftp://x")
 	wantError(t, a.post(t, "/code/context", map[string]string{"language": "python"}), http.StatusInternalServerError, codeRuntimeError)
+}
+
+// JUPYTER_HOST set and empty says there is no Jupyter, whatever PID 1's
+// environment announces.
+func TestJupyterHostEmpty(t *testing.T) {
+	t.Setenv("JUPYTER_HOST", "")
+	if j, err := jupyterFromEnv(); j != nil || err != nil {
+		t.Fatalf("jupyterFromEnv = %+v, %v; want none", j, err)
+	}
 }

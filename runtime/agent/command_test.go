@@ -22,6 +22,7 @@ import (
 )
 
 func TestCommandOutput(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	big := strings.Repeat("x", 4<<20)
 	tests := []struct {
@@ -154,6 +155,7 @@ func TestCommandEnvironment(t *testing.T) {
 
 // A command far above the 128 KiB argv limit reaches the shell intact.
 func TestCommandLarge(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	payload := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
 	res := a.run(t, "/command", map[string]any{
@@ -201,6 +203,7 @@ func TestCommandStartFailure(t *testing.T) {
 
 // The timeout kills the whole process group, grandchildren included.
 func TestCommandTimeoutKillsTree(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	res := a.run(t, "/command", map[string]any{
 		"command": `bash -c 'sleep 300 & echo $!; wait'`,
@@ -218,6 +221,7 @@ func TestCommandTimeoutKillsTree(t *testing.T) {
 
 // Unlike upstream execd, a foreground command dies with its client.
 func TestCommandClientDisconnect(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, stream, _ := a.startStream(t, ctx, "/command", map[string]any{"command": "echo $$; sleep 300"})
@@ -253,6 +257,7 @@ func killPid(pid int) error {
 }
 
 func TestCommandConcurrent(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	const n = 8
 	var wg sync.WaitGroup
@@ -275,6 +280,7 @@ func TestCommandConcurrent(t *testing.T) {
 }
 
 func TestInterruptForeground(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	id, stream, _ := a.startStream(t, context.Background(), "/command", map[string]any{"command": "echo $$; sleep 300"})
 	pid := pidOf(t, stream)
@@ -299,6 +305,7 @@ func TestInterruptForeground(t *testing.T) {
 // What a stopped command forks after the signal went out (here, in its
 // SIGTERM trap) dies with it rather than being left behind.
 func TestInterruptKillsLateChildren(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	id, stream, _ := a.startStream(t, context.Background(), "/command", map[string]any{
 		"command": "trap 'sleep 300 & echo $!; exit 0' TERM; echo $$; sleep 300 & wait",
@@ -313,6 +320,7 @@ func TestInterruptKillsLateChildren(t *testing.T) {
 
 // A command that ignores SIGTERM gets SIGKILL after the grace period.
 func TestInterruptEscalates(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	a.delays.interruptGrace = 100 * time.Millisecond
 	id, stream, _ := a.startStream(t, context.Background(), "/command", map[string]any{"command": "trap '' TERM; echo $$; sleep 300 & wait"})
@@ -327,6 +335,7 @@ func TestInterruptEscalates(t *testing.T) {
 
 // A long command carries a ping event every pingInterval.
 func TestCommandPing(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	a.delays.ping = 50 * time.Millisecond
 	// The command prints nothing until the test has seen the ping.
@@ -384,6 +393,7 @@ func (a *testAgent) logs(t *testing.T, id string, cursor string) (string, string
 }
 
 func TestBackgroundCommand(t *testing.T) {
+	t.Parallel()
 	for _, memory := range []bool{false, true} {
 		t.Run(fmt.Sprintf("memory=%v", memory), func(t *testing.T) {
 			a := newTestAgent(t)
@@ -422,6 +432,7 @@ func TestBackgroundCommand(t *testing.T) {
 
 // While a background command runs, logs hold complete lines only.
 func TestBackgroundRunning(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	// The marker tells that printf has run: interrupting before it would
 	// leave no partial line to check.
@@ -459,6 +470,7 @@ func TestBackgroundRunning(t *testing.T) {
 }
 
 func TestBackgroundTimeout(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	res := a.run(t, "/command", map[string]any{"command": "sleep 300", "background": true, "timeout": 100})
 	id := res.events[0].Text

@@ -414,6 +414,7 @@ func TestDaemonLogReachesBridge(t *testing.T) {
 // A daemon made to warn in a loop passes its burst on, drops the rest, and
 // says how many it dropped once it may send again.
 func TestLogHubLimitsRate(t *testing.T) {
+	t.Parallel()
 	var h logHub
 	ch := h.follow()
 	defer h.unfollow(ch)

@@ -469,6 +469,7 @@ func TestOctalDigits(t *testing.T) {
 // bound for the whole body, and past it refused without being read to the
 // end.
 func TestUploadEarlyPartInMemoryBounded(t *testing.T) {
+	t.Parallel()
 	noTemp := filepath.Join(t.TempDir(), "missing") // CreateTemp fails here
 	half := strings.Repeat("x", maxMemorySpool/2+1)
 	for _, tt := range []struct {
@@ -511,6 +512,7 @@ func TestUploadEarlyPartInMemoryBounded(t *testing.T) {
 // TestUploadEarlyPartsCounted: at most maxEarlyParts file parts wait for
 // their metadata at once (each holds a temp file).
 func TestUploadEarlyPartsCounted(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{maxEarlyParts, maxEarlyParts + 1} {
 		var parts []uploadPart
 		for i := range n {

@@ -102,6 +102,7 @@ func TestSessionCreateCwd(t *testing.T) {
 }
 
 func TestSessionTimeoutAndInterrupt(t *testing.T) {
+	t.Parallel()
 	a := newTestAgent(t)
 	id := a.newSession(t, nil)
 	res := a.run(t, "/session/"+id+"/run", map[string]any{"command": "sleep 300", "timeout": 200})

@@ -15,6 +15,7 @@ import (
 // runc exec) fails the agent's start at its deadline, and holds nothing up
 // past it: the next start of the same sandbox and its removal go ahead.
 func TestWedgedAttach(t *testing.T) {
+	t.Parallel() // waits out its API timeouts
 	attached := make(chan struct{}, 4)
 	release := make(chan struct{})
 	d := fakeEngine(t, 200*time.Millisecond, false, map[string]http.HandlerFunc{

@@ -83,6 +83,7 @@ type Docker struct {
 	exited map[string]runtime.Container // last inspect of exited containers, for summary
 
 	removeRetryDelay time.Duration // tests shorten it
+	pauseRetryDelay  time.Duration // tests shorten it
 }
 
 var (
@@ -133,6 +134,7 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		exited:   map[string]runtime.Container{},
 
 		removeRetryDelay: removeRetryDelay,
+		pauseRetryDelay:  pauseRetryDelay,
 		logMu:            newCtxLock(),
 		hostMu:           newCtxLock(),
 	}
@@ -567,7 +569,7 @@ func (d *Docker) Pause(ctx context.Context, id string) error {
 		d.log.Warn("container did not freeze; retrying", "container", id, "err", err)
 		select {
 		case <-cctx.Done():
-		case <-time.After(pauseRetryDelay):
+		case <-time.After(d.pauseRetryDelay):
 		}
 	}
 	if err != nil {

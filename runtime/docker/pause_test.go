@@ -53,6 +53,7 @@ func fakeEngine(t *testing.T, apiTimeout time.Duration, pingDown bool, routes ma
 func hang(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 
 func TestContainerTimeoutIsNotEngineDown(t *testing.T) {
+	t.Parallel() // waits out its API timeouts
 	for _, tc := range []struct {
 		name     string
 		pingDown bool
@@ -62,6 +63,7 @@ func TestContainerTimeoutIsNotEngineDown(t *testing.T) {
 		{"engine hangs on everything", true, runtime.ErrUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			d := fakeEngine(t, 100*time.Millisecond, tc.pingDown, map[string]http.HandlerFunc{
 				"GET /containers/c1/json":     hang,
 				"POST /containers/c1/pause":   hang,
@@ -96,6 +98,7 @@ func TestPauseRetriesWhenRuncCannotFreeze(t *testing.T) {
 			w.WriteHeader(http.StatusNoContent)
 		},
 	})
+	d.pauseRetryDelay = time.Millisecond
 	if err := d.Pause(context.Background(), "c1"); err != nil {
 		t.Fatalf("Pause: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -361,13 +362,14 @@ func TestRecordsOnPods(t *testing.T) {
 // shutdown) the other takes over.
 func TestLeadership(t *testing.T) {
 	cs := fake.NewClientset()
-	fast := Timing{LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}
-	replica := func(id string) *Kubernetes {
+	fast := Timing{LeaseDuration: 2 * time.Second, RenewDeadline: time.Second, RetryPeriod: 10 * time.Millisecond}
+	replica := func(id string, log slog.Handler) *Kubernetes {
 		o := testOptions()
-		o.Identity, o.LeaseTiming = id, fast
+		o.Identity, o.LeaseTiming, o.Logger = id, fast, slog.New(log)
 		return newWithClient(cs, o)
 	}
-	a, b := replica("a"), replica("b")
+	bSaw := make(leadersSeen, 16)
+	a, b := replica("a", slog.DiscardHandler), replica("b", bSaw)
 	actx, stopA := context.WithCancel(context.Background())
 	defer stopA()
 	leadA, err := a.Lead(actx)
@@ -381,10 +383,21 @@ func TestLeadership(t *testing.T) {
 		lctx, _ := b.Lead(bctx)
 		gotB <- lctx
 	}()
+	// b must first see a's Lease and not take it.
 	select {
 	case <-gotB:
 		t.Fatal("b leads while a does")
-	case <-time.After(time.Second):
+	case id := <-bSaw:
+		if id != "a" {
+			t.Fatalf("b sees leader %q while a leads", id)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("b never saw a's Lease")
+	}
+	select {
+	case <-gotB:
+		t.Fatal("b leads while a does")
+	default:
 	}
 	stopA()
 	<-leadA.Done()
@@ -400,4 +413,26 @@ func TestLeadership(t *testing.T) {
 	if err != nil || *lease.Spec.HolderIdentity != "b" {
 		t.Errorf("lease %+v, %v; want held by b", lease, err)
 	}
+}
+
+// leadersSeen receives the leader of each "leader" record logged.
+type leadersSeen chan string
+
+func (c leadersSeen) Enabled(context.Context, slog.Level) bool { return true }
+func (c leadersSeen) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c leadersSeen) WithGroup(string) slog.Handler            { return c }
+func (c leadersSeen) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "leader" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "leader" {
+			select {
+			case c <- a.Value.String():
+			default:
+			}
+		}
+		return true
+	})
+	return nil
 }
