@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,8 +34,11 @@ const maxLogLine = 64 << 10
 
 // lineLogger logs each line written to it as a warning: the agent writes
 // on stderr only its warnings and errors, and those of its daemon. The exec
-// stream's reader writes to it, so it needs no goroutine of its own.
+// stream's reader writes to it, so it needs no goroutine of its own. The
+// lock orders Close after a write still in flight: client-go's executor can
+// return before its stderr copy has finished.
 type lineLogger struct {
+	mu      sync.Mutex
 	log     *slog.Logger
 	partial []byte
 	limit   *rate.Limiter
@@ -42,6 +46,8 @@ type lineLogger struct {
 }
 
 func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	n := len(p)
 	for {
 		i := bytes.IndexByte(p, '\n')
@@ -79,6 +85,8 @@ func (l *lineLogger) reportDropped() {
 
 // Close logs an unterminated last line and what was dropped.
 func (l *lineLogger) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if len(l.partial) > 0 {
 		l.emit(l.partial)
 	}
