@@ -109,10 +109,24 @@ func RestConfig(kubeconfig, context string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// Client-side rate limit of API calls where the kubeconfig sets none.
+// client-go's default (5 per second, bursts of 10) made every proxied
+// request past the burst wait ~200 ms: each one reads its sandbox's record
+// from the pod. kubectl's figures; the API server's priority and fairness
+// is the real guard.
+const (
+	clientQPS   = 50
+	clientBurst = 300
+)
+
 // New connects to the cluster cfg describes.
 func New(cfg *rest.Config, opts Options) (*Kubernetes, error) {
 	if opts.Namespace == "" || opts.LeaseName == "" || opts.Identity == "" || opts.AgentImage == "" {
 		return nil, errors.New("kubernetes: namespace, lease name, identity and agent image are required")
+	}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		cfg.QPS, cfg.Burst = clientQPS, clientBurst
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
