@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
@@ -24,7 +25,11 @@ type clusterEnv struct {
 
 func newClusterEnv(t *testing.T) *clusterEnv {
 	t.Helper()
-	cfg := testConfig(t)
+	return newClusterEnvWith(t, testConfig(t))
+}
+
+func newClusterEnvWith(t *testing.T, cfg config.Config) *clusterEnv {
+	t.Helper()
 	local, err := OpenStore(cfg.Store.Dir)
 	if err != nil {
 		t.Fatal(err)
@@ -212,5 +217,33 @@ func TestTakeoverSparesCreatesInFlight(t *testing.T) {
 	}
 	if _, err := e.m.Get(context.Background(), res.sb.ID); err != nil {
 		t.Fatalf("the create in flight at takeover lost its sandbox: %v", err)
+	}
+}
+
+// A configured [lifecycle] instance_id is the one the cluster store lists
+// sandboxes by, not the cluster's: else this instance's sandboxes would
+// never be listed, adopted or reaped.
+func TestClusterStoreConfiguredInstance(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Lifecycle.InstanceID = "node-a"
+	e := newClusterEnvWith(t, cfg)
+	e.rt.Fake().SetAgent(agentEcho)
+	ctx := context.Background()
+	if err := e.m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := e.m.Create(ctx, validRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := e.m.store.Sandboxes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].ID != sb.ID {
+		t.Fatalf("store lists %d sandboxes, want %s", len(recs), sb.ID)
+	}
+	if id, _ := e.m.store.InstanceID(); id != "node-a" {
+		t.Errorf("store's instance %q, want node-a", id)
 	}
 }
