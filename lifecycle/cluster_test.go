@@ -2,15 +2,20 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
@@ -245,5 +250,70 @@ func TestClusterStoreConfiguredInstance(t *testing.T) {
 	}
 	if id, _ := e.m.store.InstanceID(); id != "node-a" {
 		t.Errorf("store's instance %q, want node-a", id)
+	}
+}
+
+// addressCluster is a cluster runtime that enforces address rules itself
+// (runtime.AddressPolicies), refusing domains as Kubernetes does.
+type addressCluster struct{ *runtimetest.Cluster }
+
+func (addressCluster) CheckAddressPolicy(pol egress.Policy) error {
+	for _, r := range pol.Egress {
+		if _, err := netip.ParsePrefix(r.Target); err != nil {
+			return fmt.Errorf("networkPolicy target %q: domain rules need the Docker runtime's egress helper", r.Target)
+		}
+	}
+	return nil
+}
+
+// On a runtime without egress helpers, a policy of address rules goes to
+// the runtime if it enforces them (AddressPolicies), a domain rule is a 400
+// in the runtime's words, and the egress API is not there.
+func TestAddressPolicyOnClusterRuntime(t *testing.T) {
+	cfg := testConfig(t)
+	local, err := OpenStore(cfg.Store.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { local.Close() })
+	rt := addressCluster{runtimetest.NewCluster(time.Now)}
+	rt.Fake().SetAgent(agentEcho)
+	m, err := New(cfg, rt, StoreFor(rt, local), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rule := func(r string) *NetworkPolicy {
+		return &NetworkPolicy{DefaultAction: "deny", Egress: []json.RawMessage{json.RawMessage(r)}}
+	}
+	req := validRequest()
+	req.NetworkPolicy = rule(`{"action":"allow","target":"10.0.0.0/8"}`)
+	sb, err := m.Create(ctx, req)
+	if err != nil {
+		t.Fatalf("Create with a CIDR rule: %v", err)
+	}
+	rec, err := m.store.Sandbox(sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rt.Fake().Spec(t, rec.ContainerID).Network
+	if got.Mode == runtime.NetworkNone || got.Policy == nil || len(got.Policy.Egress) != 1 || got.Policy.Egress[0].Target != "10.0.0.0/8" {
+		t.Errorf("spec network = %+v, want the policy handed to the runtime", got)
+	}
+
+	req.NetworkPolicy = rule(`{"action":"allow","target":"pypi.org"}`)
+	_, err = m.Create(ctx, req)
+	wantCode(t, err, KindInvalid, CodeInvalidParameter)
+	if err == nil || !strings.Contains(err.Error(), "Docker runtime's egress helper") {
+		t.Errorf("domain rule: %v, want the runtime's refusal", err)
+	}
+
+	w := httptest.NewRecorder()
+	m.ServeEgress(w, httptest.NewRequest(http.MethodGet, "/policy", nil), sb.ID, "/policy")
+	if w.Code != http.StatusNotImplemented {
+		t.Errorf("GET /policy = %d %q, want 501", w.Code, w.Body)
 	}
 }

@@ -207,7 +207,8 @@ func (k *Kubernetes) Ping(ctx context.Context) error {
 
 // Create implements runtime.Runtime. The pod is created (and scheduled)
 // at once; Start waits for it to run. A sandbox without network gets its
-// deny-all NetworkPolicy first, so it never runs without it.
+// deny-all NetworkPolicy first, and one with an egress policy that policy's
+// (AddressPolicies), so it never runs without it.
 func (k *Kubernetes) Create(ctx context.Context, spec runtime.Spec) (string, error) {
 	pod, err := buildPod(spec, &k.opts)
 	if err != nil {
@@ -224,6 +225,11 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.Spec) (string, err
 		}
 	default:
 		return "", fmt.Errorf("network %q: %w (pods join the cluster's pod network)", spec.Network.Name, ErrNotSupported)
+	}
+	if pol := spec.Network.Policy; pol != nil && np == nil {
+		if np, err = k.createPolicy(ctx, pod, pol); err != nil {
+			return "", err
+		}
 	}
 	cctx, cancel := k.call(ctx)
 	defer cancel()
