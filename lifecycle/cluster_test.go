@@ -50,6 +50,21 @@ func newClusterEnvWith(t *testing.T, cfg config.Config) *clusterEnv {
 	return &clusterEnv{m: m, rt: rt, local: local, clock: clock}
 }
 
+// createSandbox reconciles and creates a running sandbox with agentEcho.
+func (e *clusterEnv) createSandbox(t *testing.T) *Sandbox {
+	t.Helper()
+	e.rt.Fake().SetAgent(agentEcho)
+	ctx := context.Background()
+	if err := e.m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := e.m.Create(ctx, validRequest())
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return sb
+}
+
 // agentEcho is an agent that has started and runs commands: POST /command
 // answers the command it was sent.
 var agentEcho = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -64,15 +79,8 @@ var agentEcho = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 // sandboxes. What it lacks answers "not supported"; the rest works.
 func TestSecondRuntime(t *testing.T) {
 	e := newClusterEnv(t)
-	e.rt.Fake().SetAgent(agentEcho)
 	ctx := context.Background()
-	if err := e.m.Reconcile(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := e.m.Create(ctx, validRequest())
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	sb := e.createSandbox(t)
 	name := containerName(sb.ID)
 
 	// The record lives on the sandbox, not in the local file.
@@ -232,15 +240,7 @@ func TestClusterStoreConfiguredInstance(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Lifecycle.InstanceID = "node-a"
 	e := newClusterEnvWith(t, cfg)
-	e.rt.Fake().SetAgent(agentEcho)
-	ctx := context.Background()
-	if err := e.m.Reconcile(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := e.m.Create(ctx, validRequest())
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := e.createSandbox(t)
 	recs, err := e.m.store.Sandboxes()
 	if err != nil {
 		t.Fatal(err)
