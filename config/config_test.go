@@ -479,9 +479,6 @@ func TestLoadValidation(t *testing.T) {
 		{`docker.agent_transport = "direct"`, []string{`docker.agent_transport: must be "auto" or "exec", got "direct"`}},
 		{`docker.disk_limit = "10 GB of disk"`, []string{`docker.disk_limit: must be a size such as "10G" or "" (no limit), got "10 GB of disk"`}},
 		{`log.level = "TRACE"`, []string{`log.level: must be DEBUG, INFO, WARN or ERROR, got "TRACE"`}},
-		{"runtime.type = \"kubernetes\"\n[lifecycle]\ninstance_id = \"a\"", []string{
-			`lifecycle.instance_id: must be unset with runtime.type = "kubernetes": the instance is the namespace's, shared by every replica`,
-		}},
 		{`runtime.type = "podman"`, []string{`runtime.type: "podman" is not supported; use "docker" or "kubernetes"`}},
 		{"runtime.type = \"kubernetes\"\n[kubernetes]\nnamespace = \"Sandboxes\"\nagent_image = \"\"\nkubeconfig_path = \"kc\"\nimage_pull_policy = \"always\"\n" +
 			"default_cpu_request = \"a lot\"\napi_timeout = 0\ntolerations = [{ operator = \"Exists\", value = \"x\", effect = \"NoWay\" }]", []string{

@@ -64,10 +64,6 @@ func (c Config) validate() error {
 
 	if c.Runtime.Type == "kubernetes" {
 		errs = append(errs, c.Kubernetes.validate()...)
-		// Replicas share the instance id the cluster holds (a Secret in the
-		// namespace); the records on the pods are found by it.
-		check(c.Lifecycle.InstanceID == "", "lifecycle.instance_id",
-			`must be unset with runtime.type = "kubernetes": the instance is the namespace's, shared by every replica`)
 	}
 
 	for i, p := range c.Storage.AllowedHostPaths {

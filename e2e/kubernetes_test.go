@@ -269,3 +269,39 @@ func TestKubernetesReplicaTakeover(t *testing.T) {
 		return len(k.pods(t, "opensandbox.io/id="+sb.ID)) == 0
 	})
 }
+
+// A networkPolicy of CIDR rules becomes the sandbox's NetworkPolicy; a
+// domain rule is a 400 naming the Docker runtime's helper; the egress API
+// is not there (501). This cluster's bridge CNI does not enforce
+// NetworkPolicies, so only the object is checked, not the traffic.
+func TestKubernetesEgressPolicy(t *testing.T) {
+	k := kubeClusterOrSkip(t)
+	s := k.server(t)
+	policy := func(target string) map[string]any {
+		return busyboxWith(map[string]any{"networkPolicy": map[string]any{
+			"defaultAction": "deny", "egress": []map[string]string{{"action": "allow", "target": target}},
+		}})
+	}
+	sb := createSandbox(t, s, "/v1/sandboxes", policy("10.0.0.0/8"))
+	pods := k.pods(t, "opensandbox.io/id="+sb.ID)
+	if len(pods) != 1 {
+		t.Fatalf("pods of sandbox %s: %v, want one", sb.ID, pods)
+	}
+	np, err := k.cs.NetworkingV1().NetworkPolicies(k.namespace).Get(context.Background(), pods[0], metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("no NetworkPolicy for the policed sandbox: %v", err)
+	}
+	if e := np.Spec.Egress; len(e) != 1 || len(e[0].To) != 1 || e[0].To[0].IPBlock == nil || e[0].To[0].IPBlock.CIDR != "10.0.0.0/8" {
+		t.Errorf("NetworkPolicy egress %+v, want 10.0.0.0/8 only", np.Spec.Egress)
+	}
+	var ep struct{ Headers map[string]string }
+	s.doJSON(t, http.MethodGet, sandboxPath(sb.ID, "/endpoints/18080"), nil, http.StatusOK, &ep)
+	if status, _, body := s.do(t, http.MethodGet, "/sandboxes/"+sb.ID+"/proxy/18080/policy", nil, ep.Headers); status != http.StatusNotImplemented {
+		t.Errorf("GET /policy: %d %s, want 501", status, body)
+	}
+
+	status, _, body := s.do(t, http.MethodPost, "/v1/sandboxes", policy("pypi.org"), nil)
+	if status != http.StatusBadRequest || !strings.Contains(string(body), "Docker runtime's egress helper") {
+		t.Errorf("domain rule: %d %s, want a 400 naming the Docker runtime's helper", status, body)
+	}
+}

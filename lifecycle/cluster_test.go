@@ -2,14 +2,20 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/egress"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
@@ -24,7 +30,11 @@ type clusterEnv struct {
 
 func newClusterEnv(t *testing.T) *clusterEnv {
 	t.Helper()
-	cfg := testConfig(t)
+	return newClusterEnvWith(t, testConfig(t))
+}
+
+func newClusterEnvWith(t *testing.T, cfg config.Config) *clusterEnv {
+	t.Helper()
 	local, err := OpenStore(cfg.Store.Dir)
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +48,21 @@ func newClusterEnv(t *testing.T) *clusterEnv {
 	}
 	m.now = clock.Now
 	return &clusterEnv{m: m, rt: rt, local: local, clock: clock}
+}
+
+// createSandbox reconciles and creates a running sandbox with agentEcho.
+func (e *clusterEnv) createSandbox(t *testing.T) *Sandbox {
+	t.Helper()
+	e.rt.Fake().SetAgent(agentEcho)
+	ctx := context.Background()
+	if err := e.m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := e.m.Create(ctx, validRequest())
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return sb
 }
 
 // agentEcho is an agent that has started and runs commands: POST /command
@@ -54,15 +79,8 @@ var agentEcho = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 // sandboxes. What it lacks answers "not supported"; the rest works.
 func TestSecondRuntime(t *testing.T) {
 	e := newClusterEnv(t)
-	e.rt.Fake().SetAgent(agentEcho)
 	ctx := context.Background()
-	if err := e.m.Reconcile(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := e.m.Create(ctx, validRequest())
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	sb := e.createSandbox(t)
 	name := containerName(sb.ID)
 
 	// The record lives on the sandbox, not in the local file.
@@ -212,5 +230,90 @@ func TestTakeoverSparesCreatesInFlight(t *testing.T) {
 	}
 	if _, err := e.m.Get(context.Background(), res.sb.ID); err != nil {
 		t.Fatalf("the create in flight at takeover lost its sandbox: %v", err)
+	}
+}
+
+// A configured [lifecycle] instance_id is the one the cluster store lists
+// sandboxes by, not the cluster's: else this instance's sandboxes would
+// never be listed, adopted or reaped.
+func TestClusterStoreConfiguredInstance(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Lifecycle.InstanceID = "node-a"
+	e := newClusterEnvWith(t, cfg)
+	sb := e.createSandbox(t)
+	recs, err := e.m.store.Sandboxes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].ID != sb.ID {
+		t.Fatalf("store lists %d sandboxes, want %s", len(recs), sb.ID)
+	}
+	if id, _ := e.m.store.InstanceID(); id != "node-a" {
+		t.Errorf("store's instance %q, want node-a", id)
+	}
+}
+
+// addressCluster is a cluster runtime that enforces address rules itself
+// (runtime.AddressPolicies), refusing domains as Kubernetes does.
+type addressCluster struct{ *runtimetest.Cluster }
+
+func (addressCluster) CheckAddressPolicy(pol egress.Policy) error {
+	for _, r := range pol.Egress {
+		if _, err := netip.ParsePrefix(r.Target); err != nil {
+			return fmt.Errorf("networkPolicy target %q: domain rules need the Docker runtime's egress helper", r.Target)
+		}
+	}
+	return nil
+}
+
+// On a runtime without egress helpers, a policy of address rules goes to
+// the runtime if it enforces them (AddressPolicies), a domain rule is a 400
+// in the runtime's words, and the egress API is not there.
+func TestAddressPolicyOnClusterRuntime(t *testing.T) {
+	cfg := testConfig(t)
+	local, err := OpenStore(cfg.Store.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { local.Close() })
+	rt := addressCluster{runtimetest.NewCluster(time.Now)}
+	rt.Fake().SetAgent(agentEcho)
+	m, err := New(cfg, rt, StoreFor(rt, local), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rule := func(r string) *NetworkPolicy {
+		return &NetworkPolicy{DefaultAction: "deny", Egress: []json.RawMessage{json.RawMessage(r)}}
+	}
+	req := validRequest()
+	req.NetworkPolicy = rule(`{"action":"allow","target":"10.0.0.0/8"}`)
+	sb, err := m.Create(ctx, req)
+	if err != nil {
+		t.Fatalf("Create with a CIDR rule: %v", err)
+	}
+	rec, err := m.store.Sandbox(sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rt.Fake().Spec(t, rec.ContainerID).Network
+	if got.Mode == runtime.NetworkNone || got.Policy == nil || len(got.Policy.Egress) != 1 || got.Policy.Egress[0].Target != "10.0.0.0/8" {
+		t.Errorf("spec network = %+v, want the policy handed to the runtime", got)
+	}
+
+	req.NetworkPolicy = rule(`{"action":"allow","target":"pypi.org"}`)
+	_, err = m.Create(ctx, req)
+	wantCode(t, err, KindInvalid, CodeInvalidParameter)
+	if err == nil || !strings.Contains(err.Error(), "Docker runtime's egress helper") {
+		t.Errorf("domain rule: %v, want the runtime's refusal", err)
+	}
+
+	w := httptest.NewRecorder()
+	m.ServeEgress(w, httptest.NewRequest(http.MethodGet, "/policy", nil), sb.ID, "/policy")
+	if w.Code != http.StatusNotImplemented {
+		t.Errorf("GET /policy = %d %q, want 501", w.Code, w.Body)
 	}
 }

@@ -57,8 +57,8 @@ func noRecord(err error) error {
 	return err
 }
 
-// InstanceID implements Store: every replica gets the same one, derived
-// from a cluster secret, so they see each other's sandboxes.
+// InstanceID implements Store: unless pinned, every replica gets the same
+// one, derived from a cluster secret, so they see each other's sandboxes.
 func (s *clusterStore) InstanceID() (string, error) {
 	s.mu.Lock()
 	known := s.instance
@@ -74,6 +74,14 @@ func (s *clusterStore) InstanceID() (string, error) {
 	defer s.mu.Unlock()
 	s.instance = hex.EncodeToString(b[:4])
 	return s.instance, nil
+}
+
+// pin makes id the instance the store lists sandboxes by: a configured
+// [lifecycle] instance_id rather than the cluster's.
+func (s *clusterStore) pin(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.instance = id
 }
 
 // Secret implements Store with the cluster's secret: a token one replica

@@ -119,7 +119,9 @@ func (m *Manager) initEgress() error {
 		return fmt.Errorf("config [egress] default_policy: %w", err)
 	}
 	if _, ok := m.egressRuntime(); !ok && (n.DefaultAction != egress.Deny || len(n.Egress) > 0) {
-		return errors.New("config [egress] default_policy: this runtime enforces only deny-all")
+		if err := m.checkAddressPolicy(n); err != nil {
+			return fmt.Errorf("config [egress] default_policy: %w", err)
+		}
 	}
 	m.defaultPolicy = &n
 	return nil
@@ -141,17 +143,38 @@ func (m *Manager) egressRuntime() (runtime.Egress, bool) {
 	return er, ok
 }
 
+// checkAddressPolicy refuses pol on a runtime without egress helpers
+// unless the runtime enforces it itself (runtime.AddressPolicies).
+func (m *Manager) checkAddressPolicy(pol egress.Policy) error {
+	ap, ok := m.rt.(runtime.AddressPolicies)
+	if !ok {
+		return errf(KindInvalid, CodeInvalidParameter, "networkPolicy: this runtime enforces only {\"defaultAction\":\"deny\"} with no egress rules (a sandbox without network)")
+	}
+	if err := ap.CheckAddressPolicy(pol); err != nil {
+		return errf(KindInvalid, CodeInvalidParameter, "%v", err)
+	}
+	return nil
+}
+
 // planEgress decides how p's policy is enforced. A runtime without egress
-// helpers can enforce only deny-all, as a sandbox without a network.
+// helpers enforces deny-all as a sandbox without a network, and address
+// rules only if it can itself (runtime.AddressPolicies); the policy is not
+// the record's then, as there is no helper to push it to.
 func (m *Manager) planEgress(p *createPlan, pol *egress.Policy) error {
 	if pol == nil {
 		return nil
 	}
 	if _, ok := m.egressRuntime(); !ok {
-		if pol.DefaultAction != egress.Deny || len(pol.Egress) > 0 {
-			return errf(KindInvalid, CodeInvalidParameter, "networkPolicy: this runtime enforces only {\"defaultAction\":\"deny\"} with no egress rules (a sandbox without network)")
+		if pol.DefaultAction == egress.Deny && len(pol.Egress) == 0 {
+			p.spec.Network = runtime.Network{Mode: runtime.NetworkNone}
+			return nil
 		}
-		p.spec.Network = runtime.Network{Mode: runtime.NetworkNone}
+		if err := m.checkAddressPolicy(*pol); err != nil {
+			return err
+		}
+		if p.spec.Network.Mode != runtime.NetworkNone {
+			p.spec.Network.Policy = pol
+		}
 		return nil
 	}
 	if p.spec.Network.Mode == runtime.NetworkNone {

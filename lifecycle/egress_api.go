@@ -36,6 +36,12 @@ func (m *Manager) ServeEgress(w http.ResponseWriter, r *http.Request, id, rest s
 		http.Error(w, "sandbox not found", http.StatusNotFound)
 		return
 	}
+	if _, ok := m.egressRuntime(); !ok {
+		// No sidecar to answer, as upstream has none on such a runtime; the
+		// policy given at create is the runtime's (a NetworkPolicy), fixed.
+		http.Error(w, "egress API not supported on the "+m.rt.Name()+" runtime: its policy is set at create only", http.StatusNotImplemented)
+		return
+	}
 	if r.Method == http.MethodGet {
 		pol := egress.Policy{DefaultAction: egress.Allow, Egress: []egress.Rule{}}
 		if rec.NetworkPolicy != nil {

@@ -91,6 +91,9 @@ func New(cfg config.Config, rt runtime.Runtime, store Store, log *slog.Logger) (
 		}
 		instance = v
 	}
+	if cs, ok := store.(*clusterStore); ok {
+		cs.pin(instance) // the records are listed by this manager's id
+	}
 	def := defaultsFrom(cfg)
 	if _, err := ParseResources(nil, def.cpu, def.memory); err != nil {
 		return nil, fmt.Errorf("config [docker] default_cpu/default_memory: %w", err)

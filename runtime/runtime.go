@@ -2,7 +2,8 @@
 // runs sandboxes, in lifecycle's words: a neutral Spec and State, a small
 // core interface (Runtime) and optional capabilities a runtime may lack
 // (Archive, Images, Volumes, Pauser, HostPaths, Records, Leadership,
-// Repairer, IsolatedNetworks, Egress), found by interface assertion.
+// Repairer, IsolatedNetworks, Egress, AddressPolicies), found by interface
+// assertion.
 //
 // runtime/docker is the only code in sandboxd that talks to Docker; another
 // engine (Kubernetes) is one more package implementing these interfaces.
@@ -31,6 +32,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
 // Errors that callers branch on. Implementations wrap them.
@@ -225,6 +228,18 @@ type IsolatedNetworks interface {
 	EnsureIsolatedNetwork(ctx context.Context, name string, labels map[string]string) error
 }
 
+// AddressPolicies is implemented by runtimes that enforce an egress policy
+// of address rules themselves, without an egress helper (Kubernetes: a
+// NetworkPolicy). Lifecycle sets Network.Policy only on such a runtime,
+// and only after CheckAddressPolicy accepted it.
+type AddressPolicies interface {
+	// CheckAddressPolicy reports whether the runtime can enforce pol. Its
+	// error, unlike the package's contract, is the client's: it says in
+	// the client's words what cannot be enforced (a domain rule) and
+	// lifecycle answers it as a bad request.
+	CheckAddressPolicy(pol egress.Policy) error
+}
+
 // RegistryAuth is the credential for pulling a private image.
 type RegistryAuth struct {
 	Username string
@@ -307,6 +322,9 @@ const (
 type Network struct {
 	Mode NetworkMode
 	Name string // for NetworkIsolated, NetworkNamed, NetworkJoin
+	// Policy, on an AddressPolicies runtime, is the egress policy the
+	// runtime enforces (NetworkDefault, NetworkIsolated); nil allows all.
+	Policy *egress.Policy
 }
 
 // MountKind is what a Mount mounts.

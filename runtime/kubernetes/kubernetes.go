@@ -109,10 +109,24 @@ func RestConfig(kubeconfig, context string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// Client-side rate limit of API calls where the kubeconfig sets none.
+// client-go's default (5 per second, bursts of 10) made every proxied
+// request past the burst wait ~200 ms: each one reads its sandbox's record
+// from the pod. kubectl's figures; the API server's priority and fairness
+// is the real guard.
+const (
+	clientQPS   = 50
+	clientBurst = 300
+)
+
 // New connects to the cluster cfg describes.
 func New(cfg *rest.Config, opts Options) (*Kubernetes, error) {
 	if opts.Namespace == "" || opts.LeaseName == "" || opts.Identity == "" || opts.AgentImage == "" {
 		return nil, errors.New("kubernetes: namespace, lease name, identity and agent image are required")
+	}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		cfg.QPS, cfg.Burst = clientQPS, clientBurst
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -193,7 +207,8 @@ func (k *Kubernetes) Ping(ctx context.Context) error {
 
 // Create implements runtime.Runtime. The pod is created (and scheduled)
 // at once; Start waits for it to run. A sandbox without network gets its
-// deny-all NetworkPolicy first, so it never runs without it.
+// deny-all NetworkPolicy first, and one with an egress policy that policy's
+// (AddressPolicies), so it never runs without it.
 func (k *Kubernetes) Create(ctx context.Context, spec runtime.Spec) (string, error) {
 	pod, err := buildPod(spec, &k.opts)
 	if err != nil {
@@ -210,6 +225,11 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.Spec) (string, err
 		}
 	default:
 		return "", fmt.Errorf("network %q: %w (pods join the cluster's pod network)", spec.Network.Name, ErrNotSupported)
+	}
+	if pol := spec.Network.Policy; pol != nil && np == nil {
+		if np, err = k.createPolicy(ctx, pod, pol); err != nil {
+			return "", err
+		}
 	}
 	cctx, cancel := k.call(ctx)
 	defer cancel()

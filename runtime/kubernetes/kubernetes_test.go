@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/sandboxd/sandboxd/runtime"
@@ -435,4 +436,21 @@ func (c leadersSeen) Handle(_ context.Context, r slog.Record) error {
 		return true
 	})
 	return nil
+}
+
+// The client's rate limit is not client-go's default of 5 calls a second,
+// which throttled every proxied request past a burst of 10 to ~200 ms; a
+// kubeconfig's own limit is kept.
+func TestClientRateLimit(t *testing.T) {
+	for _, tc := range []struct {
+		qps, want float32
+	}{{0, clientQPS}, {7, 7}} {
+		k, err := New(&rest.Config{Host: "http://127.0.0.1:1", QPS: tc.qps, Burst: 20}, testOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := k.cs.CoreV1().RESTClient().GetRateLimiter().QPS(); got != tc.want {
+			t.Errorf("kubeconfig QPS %v: client QPS %v, want %v", tc.qps, got, tc.want)
+		}
+	}
 }

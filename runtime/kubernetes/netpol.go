@@ -110,6 +110,13 @@ func prefix(target string) (netip.Prefix, error) {
 	return netip.Prefix{}, fmt.Errorf("networkPolicy target %q: %w", target, ErrDomainRules)
 }
 
+// CheckAddressPolicy implements runtime.AddressPolicies: pol is enforced
+// if it maps onto a NetworkPolicy (address rules only).
+func (k *Kubernetes) CheckAddressPolicy(pol egress.Policy) error {
+	_, err := egressRules(pol)
+	return err
+}
+
 // createPolicy creates the NetworkPolicy of pod (not yet created) for pol.
 func (k *Kubernetes) createPolicy(ctx context.Context, pod *corev1.Pod, pol *egress.Policy) (*networkingv1.NetworkPolicy, error) {
 	np, err := networkPolicy(pod, pol)

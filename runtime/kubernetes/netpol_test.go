@@ -100,3 +100,32 @@ func TestIsolatedNetwork(t *testing.T) {
 		t.Errorf("Create on a named network = %v, want ErrNotSupported", err)
 	}
 }
+
+// A sandbox with an egress policy of address rules (AddressPolicies) is
+// created with its NetworkPolicy, owned by its pod; a domain rule is
+// refused before anything is created.
+func TestAddressPolicyOnFakeCluster(t *testing.T) {
+	cs, k, _ := fakeCluster()
+	ctx := context.Background()
+	pol := egress.Policy{DefaultAction: egress.Deny, Egress: []egress.Rule{{Action: egress.Allow, Target: "10.0.0.0/8"}}}
+	if err := k.CheckAddressPolicy(pol); err != nil {
+		t.Fatalf("CheckAddressPolicy(CIDR rule) = %v", err)
+	}
+	spec := hardenedSpec()
+	spec.Network = runtime.Network{Policy: &pol}
+	id, err := k.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	np, err := cs.NetworkingV1().NetworkPolicies("sandboxes").Get(ctx, id, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("no NetworkPolicy for a policed sandbox: %v", err)
+	}
+	if e := np.Spec.Egress; len(e) != 1 || len(e[0].To) != 1 || e[0].To[0].IPBlock.CIDR != "10.0.0.0/8" || len(np.OwnerReferences) != 1 {
+		t.Errorf("policy %+v, want egress to 10.0.0.0/8 only, owned by the pod", np.Spec)
+	}
+	domain := egress.Policy{DefaultAction: egress.Deny, Egress: []egress.Rule{{Action: egress.Allow, Target: "pypi.org"}}}
+	if err := k.CheckAddressPolicy(domain); !errors.Is(err, ErrDomainRules) {
+		t.Errorf("CheckAddressPolicy(domain rule) = %v, want ErrDomainRules", err)
+	}
+}
