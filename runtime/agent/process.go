@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -99,6 +100,10 @@ type process struct {
 	pidfd *os.File
 }
 
+// noPidfd is set once the kernel (or an emulator standing in for it) has
+// refused to give a started process a pidfd.
+var noPidfd atomic.Bool
+
 // pollablePidfd returns the pidfd as a file the poller watches, or nil.
 func pollablePidfd(fd int) *os.File {
 	if err := unix.SetNonblock(fd, true); err != nil {
@@ -129,7 +134,9 @@ func start(sh shell, spec execSpec) (*process, error) {
 	cmd.ExtraFiles = spec.extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred}
 	pidfd := -1
-	cmd.SysProcAttr.PidFD = &pidfd
+	if !noPidfd.Load() {
+		cmd.SysProcAttr.PidFD = &pidfd
+	}
 
 	switch {
 	case spec.argv != nil: // no shell: the program, found on the request's PATH
@@ -149,7 +156,17 @@ func start(sh shell, spec execSpec) (*process, error) {
 		cmd.ExtraFiles = append(slices.Clip(cmd.ExtraFiles), f)
 		cmd.Args = append(cmd.Args, "/dev/fd/"+strconv.Itoa(2+len(cmd.ExtraFiles)))
 	}
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	if errors.Is(err, syscall.EINVAL) && cmd.SysProcAttr.PidFD != nil {
+		// An emulator (qemu-user, for an image of another architecture)
+		// refuses clone's CLONE_PIDFD: wait in waitid from now on.
+		noPidfd.Store(true)
+		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Dir: cmd.Dir, Env: cmd.Env,
+			Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr, ExtraFiles: cmd.ExtraFiles,
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred}}
+		err = cmd.Start()
+	}
+	if err != nil {
 		return nil, err
 	}
 	p := &process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
