@@ -43,6 +43,32 @@ func directClient(t *testing.T, name string) (*Client, *atomic.Int32) {
 	return c, &redials
 }
 
+// The bulk probe at session start keeps no connection: the first transfer
+// dials its own.
+func TestBulkProbeKeepsNoConnection(t *testing.T) {
+	name, ln := listen(t)
+	ds := &daemons{t: t}
+	if err := ds.spawn(ln); err != nil {
+		t.Fatal(err)
+	}
+	c, redials := directClient(t, name)
+	if c.bulk == nil {
+		t.Fatal("a daemon that serves bulk connections got no bulk transport")
+	}
+	if n := redials.Load(); n != 1 {
+		t.Fatalf("the probe dialed %d bulk connections, want 1", n)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://agent/ping", nil)
+	resp, err := c.bulk.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if n := redials.Load(); n != 2 {
+		t.Fatalf("bulk connections dialed after a request: %d, want 2 (the probe's was kept idle)", n)
+	}
+}
+
 func listen(t *testing.T) (string, *net.UnixListener) {
 	t.Helper()
 	name := testSocket()
@@ -68,7 +94,6 @@ func TestBulkConnections(t *testing.T) {
 	}
 	a := viaClient(t, c)
 	a.dir = t.TempDir()
-	c.bulk.CloseIdleConnections() // the probe's: transfers must dial their own
 	afterProbe := redials.Load()
 
 	p := filepath.Join(a.dir, "big.bin")

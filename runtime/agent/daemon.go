@@ -403,6 +403,11 @@ func DialDaemon(conn *net.UnixConn, deadline time.Time, redial func() (*net.Unix
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/ping", nil)
+	// The probe's connection is not kept: idle, it would cost every live
+	// sandbox two goroutines and their buffers here, and a connection and
+	// a goroutine in the daemon, until a transfer needed it (issue 17's
+	// footprint, BENCHMARKS.md).
+	req.Close = true
 	resp, err := bulk.RoundTrip(req)
 	if err == nil {
 		resp.Body.Close()
