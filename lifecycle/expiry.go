@@ -42,13 +42,15 @@ type Expiry struct {
 	afterSweep func(ctx context.Context)
 
 	mu       sync.Mutex
-	activity map[string]time.Time // last activity by sandbox id, not yet persisted
+	activity map[string]time.Time // last activity by sandbox id, until a sweep after it is persisted
+	stored   map[string]time.Time // what the last flush persisted of activity
 }
 
 // forget drops a removed sandbox's activity.
 func (m *Expiry) forget(id string) {
 	m.mu.Lock()
 	delete(m.activity, id)
+	delete(m.stored, id)
 	m.mu.Unlock()
 }
 
@@ -122,9 +124,21 @@ func (m *Expiry) Touch(id string) {
 
 // persistActivity writes in-memory activity times to the store, so
 // deadlines survive a restart to within one reaper period. An entry leaves
-// memory only once stored, so expiresAt never moves back meanwhile.
+// memory a flush after it was stored, if untouched since: a reader that
+// took its record just before the store still finds the newer time here
+// (lastActivity reads the record first, then memory), so expiresAt never
+// moves back.
 func (m *Expiry) persistActivity() {
 	m.mu.Lock()
+	for id, t := range m.stored {
+		if m.activity[id].Equal(t) {
+			delete(m.activity, id)
+		}
+	}
+	if m.stored == nil {
+		m.stored = map[string]time.Time{}
+	}
+	clear(m.stored)
 	pending := maps.Clone(m.activity)
 	m.mu.Unlock()
 	for id, t := range pending {
@@ -139,9 +153,7 @@ func (m *Expiry) persistActivity() {
 			continue // kept in memory, retried next sweep
 		}
 		m.mu.Lock()
-		if m.activity[id].Equal(t) {
-			delete(m.activity, id)
-		}
+		m.stored[id] = t
 		m.mu.Unlock()
 	}
 }

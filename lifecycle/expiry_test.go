@@ -250,8 +250,16 @@ func TestPersistActivity(t *testing.T) {
 	if want := created.Add(time.Minute); !rec.LastActivity.Equal(want) {
 		t.Errorf("persisted lastActivity = %v, want %v", rec.LastActivity, want)
 	}
+	// A reader that took the record before that flush must still find the
+	// newer time in memory: entries leave a flush later.
+	stale := *rec
+	stale.LastActivity = created
+	if got := e.m.Expiry.lastActivity(&stale); !got.Equal(created.Add(time.Minute)) {
+		t.Errorf("lastActivity of a record read before the flush = %v, want %v", got, created.Add(time.Minute))
+	}
+	e.m.persistActivity()
 	if n := len(e.m.Expiry.activity); n != 0 {
-		t.Errorf("%d activity entries left in memory", n)
+		t.Errorf("%d activity entries left in memory after a second flush", n)
 	}
 	if _, err := e.store.Sandbox("unknown-sandbox"); !errors.Is(err, errNoRecord) {
 		t.Errorf("persisting activity created a record: %v", err)
