@@ -84,6 +84,7 @@ type Docker struct {
 
 	removeRetryDelay time.Duration // tests shorten it
 	pauseRetryDelay  time.Duration // tests shorten it
+	pauseSettle      time.Duration // tests shorten it
 }
 
 var (
@@ -135,6 +136,7 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 
 		removeRetryDelay: removeRetryDelay,
 		pauseRetryDelay:  pauseRetryDelay,
+		pauseSettle:      pauseSettle,
 		logMu:            newCtxLock(),
 		hostMu:           newCtxLock(),
 	}
@@ -576,6 +578,7 @@ func (d *Docker) Pause(ctx context.Context, id string) error {
 		return d.wrapContainer(ctx, err, id, "pause container %s", id)
 	}
 	d.gates.setPaused(id, true)
+	d.settlePause(cctx, id, true)
 	return nil
 }
 
@@ -596,11 +599,53 @@ func (d *Docker) Unpause(ctx context.Context, id string) error {
 	}
 	defer end()
 	if err := d.cli.ContainerUnpause(cctx, id); err != nil {
-		return d.wrapContainer(ctx, err, id, "unpause container %s", id)
+		// The task runs and dockerd's flag lags (see settlePause): the
+		// container is unpaused once the flag catches up.
+		if !strings.Contains(err.Error(), "cannot resume a running process") || !d.settlePause(cctx, id, false) {
+			return d.wrapContainer(ctx, err, id, "unpause container %s", id)
+		}
 	}
 	d.gates.setPaused(id, false)
+	d.settlePause(cctx, id, false)
 	return nil
 }
+
+// dockerd sets a container's paused flag twice: when its pause or unpause
+// call returns, and again when containerd's event for the change arrives.
+// On a loaded host the event of a pause can arrive after the unpause that
+// followed it, so for a moment dockerd reports a running container as
+// paused (and refuses exec in it, and answers a second unpause with
+// "cannot resume a running process"), until the unpause's own event
+// arrives. Seen here about once in 300 quick pause and unpause pairs.
+// settlePause waits, up to pauseSettle, until dockerd reports what the
+// call did, so that the caller's next inspect agrees with it; it reports
+// whether it did.
+func (d *Docker) settlePause(ctx context.Context, id string, paused bool) bool {
+	deadline := time.Now().Add(d.pauseSettle)
+	for {
+		info, err := d.cli.ContainerInspect(ctx, id)
+		switch {
+		case err != nil:
+			return false
+		case info.State != nil && info.State.Paused == paused:
+			return true
+		case time.Now().After(deadline):
+			d.log.Warn("the engine still reports the container's former pause state", "container", id, "paused", !paused)
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(pauseSettlePoll):
+		}
+	}
+}
+
+// pauseSettle bounds settlePause; the lag seen is about 10 ms.
+const (
+	pauseSettle     = 2 * time.Second
+	pauseSettlePoll = 10 * time.Millisecond
+)
 
 // Commit implements runtime.Runtime. Docker pauses the container while it
 // commits, so the commit is ordered like a pause.

@@ -146,6 +146,7 @@ func TestPauseCutsAStalledDownloadShort(t *testing.T) {
 		},
 	})
 	d.gates.grace = 0
+	d.pauseSettle = 0 // this engine never reports the pause
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	rc, _, err := d.GetArchive(ctx, "c1", "/big")
@@ -209,5 +210,56 @@ func TestInspectDuringTransferKeepsTheExitCode(t *testing.T) {
 	c, err := d.Inspect(ctx, "c1")
 	if err != nil || c.ExitCode != 3 || !c.OOMKilled || c.State != runtime.StateExited {
 		t.Errorf("Inspect during a transfer = %+v, %v; want exit code 3, OOM killed", c, err)
+	}
+}
+
+// dockerd's paused flag can lag a pause or unpause (see settlePause): the
+// call returns once dockerd reports what it did, and an unpause that finds
+// the task already running succeeds once the flag catches up.
+func TestUnpauseWaitsForTheEngineToAgree(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		unpauseErr string // the engine's answer to the unpause; none for success
+		stale      int32  // inspects that still say paused
+		wantErr    bool
+	}{
+		{"flag lags a successful unpause", "", 3, false},
+		{"task already running", "Cannot unpause container c1: cannot resume a running process: unknown", 2, false},
+		{"really still paused", "Cannot unpause container c1: cannot resume a running process: unknown", 1 << 30, true},
+		{"other unpause error", "Cannot unpause container c1: something else: unknown", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var inspects atomic.Int32
+			d := fakeEngine(t, 0, false, map[string]http.HandlerFunc{
+				"POST /containers/c1/unpause": func(w http.ResponseWriter, r *http.Request) {
+					if tc.unpauseErr == "" {
+						w.WriteHeader(http.StatusNoContent)
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusInternalServerError)
+					io.WriteString(w, `{"message":"`+tc.unpauseErr+`"}`)
+				},
+				"GET /containers/c1/json": func(w http.ResponseWriter, r *http.Request) {
+					paused := inspects.Add(1) <= tc.stale
+					if paused {
+						io.WriteString(w, `{"Id":"c1","State":{"Status":"paused","Running":true,"Paused":true}}`)
+						return
+					}
+					io.WriteString(w, `{"Id":"c1","State":{"Status":"running","Running":true}}`)
+				},
+			})
+			d.pauseSettle = 200 * time.Millisecond
+			err := d.Unpause(context.Background(), "c1")
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Unpause: %v, want error %v", err, tc.wantErr)
+			}
+			if !tc.wantErr && inspects.Load() <= tc.stale {
+				t.Errorf("Unpause returned after %d inspects, while the engine said paused for %d", inspects.Load(), tc.stale)
+			}
+			if c, err := d.Inspect(context.Background(), "c1"); !tc.wantErr && (err != nil || c.State != runtime.StateRunning) {
+				t.Errorf("Inspect after Unpause = %v, %v; want running", c.State, err)
+			}
+		})
 	}
 }
