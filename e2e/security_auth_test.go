@@ -221,9 +221,21 @@ func TestSecurityProxyStripsCredentials(t *testing.T) {
 	box := newExecdBox(t, s, busyboxRequest())
 	tok := box.Headers[execdTokenHeader]
 
-	// A one-shot HTTP server in the sandbox that records the request.
+	// A one-shot HTTP server in the sandbox that records the request. It
+	// answers only once it has read the request's head, as a real server
+	// does: one that answers at once may see the connection closed before
+	// the request has reached it.
 	box.run(t, map[string]any{
-		"command":    `printf 'HTTP/1.0 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok' | nc -l -p 8081 > /tmp/request.txt`,
+		"command": `cat > /tmp/h.sh <<'SCRIPT'
+#!/bin/sh
+while IFS= read -r line; do
+	printf '%s\n' "$line" >> /tmp/request.part
+	[ "$line" = "$(printf '\r')" ] && break
+done
+mv /tmp/request.part /tmp/request.txt
+printf 'HTTP/1.0 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok'
+SCRIPT
+chmod +x /tmp/h.sh && nc -l -p 8081 -e /tmp/h.sh`,
 		"background": true,
 	})
 	secrets := map[string]string{
