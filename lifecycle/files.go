@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/agent"
 )
 
 // execd error codes used by the file routes sandboxd serves itself.
@@ -52,50 +53,6 @@ func ParseMode(m int) (os.FileMode, error) {
 		out |= os.FileMode(d) << shift
 	}
 	return out, nil
-}
-
-// Spooled is an upload buffered so that its size is known (a tar header
-// needs it up front): in memory when small, else in a temp file.
-type Spooled struct {
-	io.Reader
-	Size int64
-	file *os.File
-}
-
-// Close removes the temp file, if any.
-func (s *Spooled) Close() error {
-	if s.file == nil {
-		return nil
-	}
-	s.file.Close()
-	return os.Remove(s.file.Name())
-}
-
-// Spool reads r to its end: into memory up to 1 MiB (a buffer that grows
-// with the data, so a small upload costs little), else into a temp file.
-func Spool(r io.Reader) (*Spooled, error) {
-	var buf bytes.Buffer
-	n, err := io.CopyN(&buf, r, spoolInMemory+1)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	if n <= spoolInMemory {
-		return &Spooled{Reader: &buf, Size: n}, nil
-	}
-	f, err := os.CreateTemp("", "sandboxd-upload-*")
-	if err != nil {
-		return nil, fmt.Errorf("spool upload: %w", err)
-	}
-	s := &Spooled{Reader: f, file: f}
-	s.Size, err = io.Copy(f, io.MultiReader(&buf, r))
-	if err == nil {
-		_, err = f.Seek(0, io.SeekStart)
-	}
-	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("spool upload: %w", err)
-	}
-	return s, nil
 }
 
 // cleanPath validates an absolute in-sandbox path.
@@ -186,9 +143,9 @@ func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content
 	}
 	announced, streamed := content.(*Announced)
 	streamed = streamed && announced.Size > spoolInMemory
-	body, spooled := content.(*Spooled)
+	body, spooled := content.(*agent.Spooled)
 	if !spooled && !streamed {
-		if body, err = Spool(content); err != nil {
+		if body, err = m.spooler.Spool(content, spoolInMemory); err != nil {
 			return &Error{Kind: KindInvalid, Code: CodeInvalidFile, Message: "read upload of " + p, Err: err}
 		}
 		defer body.Close()
@@ -283,28 +240,23 @@ type Announced struct {
 // putAnnounced streams an announced upload, falling back to spooling it
 // when the announcement was wrong.
 func (m *Manager) putAnnounced(ctx context.Context, t archiveTarget, a *Announced) error {
-	f, err := os.CreateTemp("", "sandboxd-upload-*")
+	copied, err := m.spooler.File()
 	if err != nil {
-		return fmt.Errorf("spool upload: %w", err)
+		return err
 	}
-	copied := &Spooled{Reader: f, file: f}
 	defer copied.Close()
-	err = m.putArchive(ctx, t, a.Size, io.TeeReader(fullReader{a.Reader}, f))
+	err = m.putArchive(ctx, t, a.Size, io.TeeReader(fullReader{a.Reader}, copied))
 	if !errors.Is(err, errSizeMismatch) {
 		return err
 	}
 	// The copy holds all that was read; the rest of the upload joins it.
-	if _, err := io.Copy(f, a.Reader); err != nil {
+	if _, err := io.Copy(copied, a.Reader); err != nil {
 		return &bodyError{err}
 	}
-	size, err := f.Seek(0, io.SeekCurrent)
-	if err == nil {
-		_, err = f.Seek(0, io.SeekStart)
+	if err := copied.Rewind(); err != nil {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("spool upload: %w", err)
-	}
-	return m.putArchive(ctx, t, size, f)
+	return m.putArchive(ctx, t, copied.Size, copied)
 }
 
 // fullReader fills every read it can: a multipart part yields a few KiB

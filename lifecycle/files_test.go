@@ -41,35 +41,6 @@ func TestParseMode(t *testing.T) {
 	}
 }
 
-func TestSpool(t *testing.T) {
-	for _, size := range []int{0, 10, spoolInMemory, spoolInMemory + 1, 3 * spoolInMemory} {
-		data := bytes.Repeat([]byte("x"), size)
-		s, err := Spool(bytes.NewReader(data))
-		if err != nil {
-			t.Fatalf("Spool(%d bytes): %v", size, err)
-		}
-		got, err := io.ReadAll(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.Size != int64(size) || !bytes.Equal(got, data) {
-			t.Errorf("Spool(%d bytes): Size %d, read %d bytes", size, s.Size, len(got))
-		}
-		name := ""
-		if s.file != nil {
-			name = s.file.Name()
-		}
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-		if name != "" {
-			if _, err := os.Stat(name); !os.IsNotExist(err) {
-				t.Errorf("spool file %s left behind (%v)", name, err)
-			}
-		}
-	}
-}
-
 // stopSandbox makes a sandbox's container exited, the only state in which
 // files move through the archive API.
 func stopSandbox(t *testing.T, e *testEnv, cid string) {

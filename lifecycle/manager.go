@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/agent"
 	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
@@ -64,6 +65,9 @@ type Manager struct {
 
 	egress        egressLinks
 	defaultPolicy *egress.Policy // [egress] default_policy
+	// spooler holds uploads into a stopped sandbox; tests count its temp
+	// files.
+	spooler agent.Spooler
 }
 
 // deps is what every service holds: the runtime, the store, the clock,

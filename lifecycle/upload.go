@@ -35,7 +35,7 @@ func (m *Manager) PutUpload(ctx context.Context, id string, r *http.Request, rt 
 	// system call per 4 KiB of a large upload.
 	buffered := bufio.NewReaderSize(r.Body, int(min(uint64(r.ContentLength), maxReadBuffer)))
 	sink.start(r, buffered)
-	err := agent.ReadUpload(r, "", func(meta agent.UploadMeta, part int, content io.Reader) error {
+	err := agent.ReadUpload(r, m.spooler, func(meta agent.UploadMeta, part int, content io.Reader) error {
 		return sink.put(ctx, meta, part, content)
 	})
 	var uerr *agent.UploadError
@@ -109,7 +109,8 @@ func (r *readErr) Read(p []byte) (int, error) {
 // archiveSink writes each file into a stopped sandbox with PutFile. A tar
 // header needs the file's size up front: when the client sent a
 // Content-Length it tells the size of the last part, which then streams
-// straight into the sandbox instead of being spooled first.
+// straight into the sandbox instead of being spooled first. A part that
+// came before its metadata was spooled already, and is spooled only once.
 type archiveSink struct {
 	m        *Manager
 	id       string
@@ -127,8 +128,12 @@ func (s *archiveSink) start(r *http.Request, body io.Reader) {
 
 func (s *archiveSink) put(ctx context.Context, meta agent.UploadMeta, index int, content io.Reader) error {
 	fm := FileMeta{Path: meta.Path, Mode: meta.Mode, Owner: nonEmpty(meta.Owner), Group: nonEmpty(meta.Group)}
-	if size, ok := lastPartSize(s.prefix.buf, s.boundary, s.total, index); ok {
-		content = &Announced{Reader: content, Size: size}
+	// A part spooled before its metadata came has its size known, and
+	// was not the last part.
+	if _, spooled := content.(*agent.Spooled); !spooled {
+		if size, ok := lastPartSize(s.prefix.buf, s.boundary, s.total, index); ok {
+			content = &Announced{Reader: content, Size: size}
+		}
 	}
 	return s.m.PutFile(ctx, s.id, fm, content)
 }

@@ -8,6 +8,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -131,5 +132,39 @@ func TestPutUploadThroughAgent(t *testing.T) {
 	wantCode(t, m.PutUpload(t.Context(), "id", half, fw), KindInvalid, "INVALID_FILE")
 	if _, ok := fw.files["/d"]; ok {
 		t.Error("a cut upload was written")
+	}
+}
+
+// A file part that comes before its metadata into a stopped sandbox is
+// spooled once, by the parser, and written from that spool: neither
+// spooled again for its tar header nor, with a Content-Length, streamed
+// under the size it would have as the last part (it is not) and then
+// written again.
+func TestPutUploadEarlyPartSpooledOnce(t *testing.T) {
+	e := newEnv(t, nil)
+	sb, cid := e.create(t, validRequest())
+	stopSandbox(t, e, cid)
+	spools := 0
+	e.m.spooler = agent.Spooler{Dir: t.TempDir(), CreateTemp: func(dir, pattern string) (*os.File, error) {
+		spools++
+		return os.CreateTemp(dir, pattern)
+	}}
+	data := strings.Repeat("0123456789abcdef", 3*spoolInMemory/16)
+	for _, length := range []bool{false, true} {
+		r := uploadRequest(t, nil, [3]string{"file", "big", data}, [3]string{"metadata", "metadata", `{"path":"/work/big"}`})
+		if !length {
+			r.ContentLength = -1
+		}
+		spools = 0
+		puts := e.rt.Puts()
+		if err := e.m.PutUpload(t.Context(), sb.ID, r, nil); err != nil {
+			t.Fatalf("Content-Length %v: PutUpload: %v", length, err)
+		}
+		if f, ok := e.rt.File(cid, "/work/big"); !ok || string(f.Data) != data {
+			t.Errorf("Content-Length %v: uploaded file has %d bytes, want %d", length, len(f.Data), len(data))
+		}
+		if spools != 1 || e.rt.Puts()-puts != 1 {
+			t.Errorf("Content-Length %v: spooled %d times, written %d times; want once each", length, spools, e.rt.Puts()-puts)
+		}
 	}
 }

@@ -491,7 +491,7 @@ func TestUploadEarlyPartInMemoryBounded(t *testing.T) {
 			}
 			r.Header.Set("Content-Type", ct)
 			puts := 0
-			err = ReadUpload(r, noTemp, func(_ UploadMeta, _ int, content io.Reader) error {
+			err = ReadUpload(r, Spooler{Dir: noTemp}, func(_ UploadMeta, _ int, content io.Reader) error {
 				puts++
 				_, err := io.Copy(io.Discard, content)
 				return err
@@ -528,7 +528,7 @@ func TestUploadEarlyPartsCounted(t *testing.T) {
 		}
 		r.Header.Set("Content-Type", ct)
 		puts := 0
-		err = ReadUpload(r, t.TempDir(), func(UploadMeta, int, io.Reader) error { puts++; return nil })
+		err = ReadUpload(r, Spooler{Dir: t.TempDir()}, func(UploadMeta, int, io.Reader) error { puts++; return nil })
 		var uerr *UploadError
 		switch {
 		case n <= maxEarlyParts && (err != nil || puts != n):

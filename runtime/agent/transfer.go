@@ -21,7 +21,7 @@ import (
 
 // upload serves POST /files/upload, writing each file as it arrives.
 func (s *server) upload(w http.ResponseWriter, r *http.Request) {
-	err := ReadUpload(r, s.opts.TempDir, func(meta UploadMeta, _ int, content io.Reader) error {
+	err := ReadUpload(r, Spooler{Dir: s.opts.TempDir}, func(meta UploadMeta, _ int, content io.Reader) error {
 		if uerr := s.writeUpload(meta, content); uerr != nil {
 			return uerr
 		}

@@ -4,7 +4,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 )
@@ -46,24 +44,25 @@ type UploadMeta struct {
 // "metadata" and "file" parts are both file parts (they carry a filename),
 // paired by index, and hands each file to put as it arrives: its metadata,
 // the index of its file part among all the parts of the body, and its
-// content. A file part that comes before its metadata is spooled in
-// tempDir until the metadata arrives. A malformed form is an
+// content. A file part that comes before its metadata is spooled with sp
+// until the metadata arrives, and then handed to put as the *Spooled it
+// is (its size known; closed once put returns). A malformed form is an
 // *UploadError; put's errors are returned as they are. It is the one
 // parser of uploads: the agent's, and sandboxd's for a stopped sandbox.
-func ReadUpload(r *http.Request, tempDir string, put func(meta UploadMeta, part int, content io.Reader) error) error {
+func ReadUpload(r *http.Request, sp Spooler, put func(meta UploadMeta, part int, content io.Reader) error) error {
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return &UploadError{http.StatusBadRequest, codeInvalidFile, "multipart form is empty: " + err.Error()}
 	}
 	type early struct {
-		sp   *spool
-		part int
+		content *Spooled
+		part    int
 	}
 	var metas []UploadMeta
 	spooled := map[int]early{}
 	defer func() {
 		for _, e := range spooled {
-			e.sp.release()
+			e.content.Close()
 		}
 	}()
 	files := 0
@@ -88,8 +87,8 @@ func ReadUpload(r *http.Request, tempDir string, put func(meta UploadMeta, part 
 			metas = append(metas, meta)
 			if e, ok := spooled[len(metas)-1]; ok {
 				delete(spooled, len(metas)-1)
-				err := put(meta, e.part, e.sp.reader())
-				e.sp.release()
+				err := put(meta, e.part, e.content)
+				e.content.Close()
 				if err != nil {
 					return err
 				}
@@ -106,7 +105,7 @@ func ReadUpload(r *http.Request, tempDir string, put func(meta UploadMeta, part 
 			if len(spooled) == maxEarlyParts {
 				return &UploadError{http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("more than %d file parts wait for their metadata: send each metadata part before its file", maxEarlyParts)}
 			}
-			sp, err := spoolPart(tempDir, p, &memLeft)
+			content, err := sp.spool(p, 0, &memLeft)
 			var uerr *UploadError
 			switch {
 			case errors.As(err, &uerr):
@@ -114,7 +113,7 @@ func ReadUpload(r *http.Request, tempDir string, put func(meta UploadMeta, part 
 			case err != nil:
 				return &UploadError{http.StatusInternalServerError, codeRuntimeError, "error buffering file part: " + err.Error()}
 			}
-			spooled[i] = early{sp, part}
+			spooled[i] = early{content, part}
 		}
 	}
 	switch {
@@ -205,52 +204,6 @@ const (
 	maxEarlyParts  = 100
 	maxMemorySpool = 8 << 20
 )
-
-// spool holds a file part until its metadata arrives: in a temp file, or
-// in memory (out of *memLeft) if no temp file can be made.
-type spool struct {
-	file *os.File
-	mem  *bytes.Buffer
-}
-
-func spoolPart(tempDir string, part io.Reader, memLeft *int64) (*spool, error) {
-	f, err := os.CreateTemp(tempDir, "sandboxd-upload-*")
-	if err != nil {
-		var mem bytes.Buffer
-		if _, err := io.Copy(&mem, io.LimitReader(part, *memLeft+1)); err != nil {
-			return nil, err
-		}
-		if int64(mem.Len()) > *memLeft {
-			return nil, &UploadError{http.StatusRequestEntityTooLarge, codeInvalidFile, fmt.Sprintf(
-				"file parts before their metadata are held until it arrives, and no temp file can be made (%v): send each metadata part first, or keep such parts under %d bytes in all", err, maxMemorySpool)}
-		}
-		*memLeft -= int64(mem.Len())
-		return &spool{mem: &mem}, nil
-	}
-	os.Remove(f.Name()) // the open file is enough
-	if _, err := copyFilled(f, part); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &spool{file: f}, nil
-}
-
-func (sp *spool) reader() io.Reader {
-	if sp.file != nil {
-		return sp.file
-	}
-	return sp.mem
-}
-
-func (sp *spool) release() {
-	if sp.file != nil {
-		sp.file.Close()
-	}
-}
 
 // execd error codes (reference §2.1).
 const (
