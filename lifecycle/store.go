@@ -109,17 +109,23 @@ type SnapshotRecord struct {
 }
 
 // storeLockTimeout is how long OpenStore waits for another process's lock
-// on the store; tests shorten it.
-var storeLockTimeout = 2 * time.Second
+// on the store.
+const storeLockTimeout = 2 * time.Second
 
 // OpenStore opens (creating if needed) the store in dir. Only one process
 // may hold it: a second sandboxd on the same state directory fails fast.
 func OpenStore(dir string) (*BoltStore, error) {
+	return openStore(dir, storeLockTimeout)
+}
+
+// openStore is OpenStore waiting lockTimeout for the lock (tests shorten
+// it).
+func openStore(dir string, lockTimeout time.Duration) (*BoltStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, "state.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: storeLockTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("open store %s (is another sandboxd using this state dir?): %w", path, err)
 	}

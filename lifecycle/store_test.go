@@ -144,9 +144,7 @@ func TestStoreExclusive(t *testing.T) {
 	dir := t.TempDir()
 	s := openTestStore(t, dir)
 	defer s.Close()
-	defer func(d time.Duration) { storeLockTimeout = d }(storeLockTimeout)
-	storeLockTimeout = 50 * time.Millisecond
-	second, err := OpenStore(dir) // waits for the lock's timeout, then fails
+	second, err := openStore(dir, 50*time.Millisecond) // waits for the lock's timeout, then fails
 	if err == nil {
 		second.Close()
 		t.Fatal("a second OpenStore on the same dir succeeded")
