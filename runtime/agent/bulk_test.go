@@ -43,9 +43,10 @@ func directClient(t *testing.T, name string) (*Client, *atomic.Int32) {
 	return c, &redials
 }
 
-// The bulk probe at session start keeps no connection: the first transfer
-// dials its own.
-func TestBulkProbeKeepsNoConnection(t *testing.T) {
+// bulkClient spawns a daemon and dials it directly, with bulk
+// connections (counted as directClient counts them).
+func bulkClient(t *testing.T) (*Client, *atomic.Int32) {
+	t.Helper()
 	name, ln := listen(t)
 	ds := &daemons{t: t}
 	if err := ds.spawn(ln); err != nil {
@@ -55,6 +56,13 @@ func TestBulkProbeKeepsNoConnection(t *testing.T) {
 	if c.bulk == nil {
 		t.Fatal("a daemon that serves bulk connections got no bulk transport")
 	}
+	return c, redials
+}
+
+// The bulk probe at session start keeps no connection: the first transfer
+// dials its own.
+func TestBulkProbeKeepsNoConnection(t *testing.T) {
+	c, redials := bulkClient(t)
 	if n := redials.Load(); n != 1 {
 		t.Fatalf("the probe dialed %d bulk connections, want 1", n)
 	}
@@ -83,15 +91,7 @@ func listen(t *testing.T) (string, *net.UnixListener) {
 // which the daemon serves as plain HTTP (a download with sendfile), with
 // the same bytes as over yamux; everything else stays on the session.
 func TestBulkConnections(t *testing.T) {
-	name, ln := listen(t)
-	ds := &daemons{t: t}
-	if err := ds.spawn(ln); err != nil {
-		t.Fatal(err)
-	}
-	c, redials := directClient(t, name)
-	if c.bulk == nil {
-		t.Fatal("a daemon that serves bulk connections got no bulk transport")
-	}
+	c, redials := bulkClient(t)
 	a := viaClient(t, c)
 	a.dir = t.TempDir()
 	afterProbe := redials.Load()
@@ -158,12 +158,7 @@ func TestBulkConnections(t *testing.T) {
 // A download whose client stops reading holds its own connection only: a
 // command and another download on the same session are served meanwhile.
 func TestBulkDoesNotStallSession(t *testing.T) {
-	name, ln := listen(t)
-	ds := &daemons{t: t}
-	if err := ds.spawn(ln); err != nil {
-		t.Fatal(err)
-	}
-	c, _ := directClient(t, name)
+	c, _ := bulkClient(t)
 	p := filepath.Join(t.TempDir(), "big.bin")
 	if err := os.WriteFile(p, bytes.Repeat([]byte{7}, 32<<20), 0o644); err != nil {
 		t.Fatal(err)
