@@ -3,13 +3,14 @@ package lifecycle
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/agent"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
@@ -199,13 +200,7 @@ func TestPutFileAnnounced(t *testing.T) {
 	ctx := context.Background()
 	data := bytes.Repeat([]byte("0123456789abcdef"), (3<<20)/16)
 	size := int64(len(data))
-	// A temp dir of its own, so that other packages' tests running at the
-	// same time do not count.
-	t.Setenv("TMPDIR", t.TempDir())
-	spools := func() int {
-		m, _ := filepath.Glob(filepath.Join(os.TempDir(), "sandboxd-upload-*"))
-		return len(m)
-	}
+	spools := spoolFiles(t, e.m)
 	tests := []struct {
 		name      string
 		announced int64
@@ -235,7 +230,31 @@ func TestPutFileAnnounced(t *testing.T) {
 	// A client that goes away mid-upload is a bad upload, not a runtime error.
 	broken := &Announced{Reader: &failingReader{data: data[:1<<20], err: io.ErrUnexpectedEOF}, Size: size}
 	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/broken.bin"}, broken), KindInvalid, CodeInvalidFile)
-	if n := spools(); n != 0 {
-		t.Errorf("%d spool files left behind", n)
+	if made, left := spools(); made != len(tests)+1 || left != 0 {
+		t.Errorf("%d spool files made, %d left behind; want %d, none left", made, left, len(tests)+1)
+	}
+}
+
+// spoolFiles makes m spool into a temp dir of the test's, and returns how
+// many temp files it has made there and how many of them are left: still
+// open, or still in the directory.
+func spoolFiles(t *testing.T, m *Manager) func() (made, left int) {
+	dir := t.TempDir()
+	var files []*os.File
+	m.spooler = agent.Spooler{Dir: dir, CreateTemp: func(dir, pattern string) (*os.File, error) {
+		f, err := os.CreateTemp(dir, pattern)
+		if err == nil {
+			files = append(files, f)
+		}
+		return f, err
+	}}
+	return func() (made, left int) {
+		for _, f := range files {
+			if _, err := f.Stat(); !errors.Is(err, os.ErrClosed) {
+				left++
+			}
+		}
+		names, _ := os.ReadDir(dir)
+		return len(files), left + len(names)
 	}
 }

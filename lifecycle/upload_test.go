@@ -8,7 +8,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -144,18 +143,14 @@ func TestPutUploadEarlyPartSpooledOnce(t *testing.T) {
 	e := newEnv(t, nil)
 	sb, cid := e.create(t, validRequest())
 	stopSandbox(t, e, cid)
-	spools := 0
-	e.m.spooler = agent.Spooler{Dir: t.TempDir(), CreateTemp: func(dir, pattern string) (*os.File, error) {
-		spools++
-		return os.CreateTemp(dir, pattern)
-	}}
+	spools := spoolFiles(t, e.m)
 	data := strings.Repeat("0123456789abcdef", 3*spoolInMemory/16)
 	for _, length := range []bool{false, true} {
 		r := uploadRequest(t, nil, [3]string{"file", "big", data}, [3]string{"metadata", "metadata", `{"path":"/work/big"}`})
 		if !length {
 			r.ContentLength = -1
 		}
-		spools = 0
+		made, _ := spools()
 		puts := e.rt.Puts()
 		if err := e.m.PutUpload(t.Context(), sb.ID, r, nil); err != nil {
 			t.Fatalf("Content-Length %v: PutUpload: %v", length, err)
@@ -163,8 +158,9 @@ func TestPutUploadEarlyPartSpooledOnce(t *testing.T) {
 		if f, ok := e.rt.File(cid, "/work/big"); !ok || string(f.Data) != data {
 			t.Errorf("Content-Length %v: uploaded file has %d bytes, want %d", length, len(f.Data), len(data))
 		}
-		if spools != 1 || e.rt.Puts()-puts != 1 {
-			t.Errorf("Content-Length %v: spooled %d times, written %d times; want once each", length, spools, e.rt.Puts()-puts)
+		now, left := spools()
+		if now-made != 1 || left != 0 || e.rt.Puts()-puts != 1 {
+			t.Errorf("Content-Length %v: spooled %d times (%d left), written %d times; want once each, none left", length, now-made, left, e.rt.Puts()-puts)
 		}
 	}
 }
