@@ -35,11 +35,7 @@ func newClusterEnv(t *testing.T) *clusterEnv {
 
 func newClusterEnvWith(t *testing.T, cfg config.Config) *clusterEnv {
 	t.Helper()
-	local, err := OpenStore(cfg.Store.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { local.Close() })
+	local := openTestStore(t, cfg.Store.Dir)
 	clock := &fakeClock{t: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
 	rt := runtimetest.NewCluster(clock.Now)
 	m, err := New(cfg, rt, StoreFor(rt, local), slog.New(slog.DiscardHandler))
@@ -271,11 +267,7 @@ func (addressCluster) CheckAddressPolicy(pol egress.Policy) error {
 // in the runtime's words, and the egress API is not there.
 func TestAddressPolicyOnClusterRuntime(t *testing.T) {
 	cfg := testConfig(t)
-	local, err := OpenStore(cfg.Store.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { local.Close() })
+	local := openTestStore(t, cfg.Store.Dir)
 	rt := addressCluster{runtimetest.NewCluster(time.Now)}
 	rt.Fake().SetAgent(agentEcho)
 	m, err := New(cfg, rt, StoreFor(rt, local), slog.New(slog.DiscardHandler))

@@ -57,17 +57,25 @@ func newEnv(t *testing.T, edit func(*config.Config)) *testEnv {
 }
 
 // newStartingEnv is newEnv before the first reconcile.
+// openTestStore opens the store in dir, closed when the test ends (if it
+// was not already).
+func openTestStore(t testing.TB, dir string) *BoltStore {
+	t.Helper()
+	s, err := OpenStore(dir)
+	if err != nil {
+		t.Fatalf("OpenStore: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func newStartingEnv(t *testing.T, edit func(*config.Config)) *testEnv {
 	t.Helper()
 	cfg := testConfig(t)
 	if edit != nil {
 		edit(&cfg)
 	}
-	store, err := OpenStore(cfg.Store.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := openTestStore(t, cfg.Store.Dir)
 	clock := &fakeClock{t: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
 	rt := runtimetest.New(clock.Now)
 	m, err := New(cfg, rt, store, slog.New(slog.DiscardHandler))

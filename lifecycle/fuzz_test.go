@@ -154,11 +154,7 @@ func FuzzCheckHostPath(f *testing.F) {
 	cfg := config.Default()
 	cfg.Store.Dir = state
 	cfg.Storage.AllowedHostPaths = []string{allowed}
-	store, err := OpenStore(state)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { store.Close() })
+	store := openTestStore(f, state)
 	m := &Sandboxes{deps: &deps{cfg: cfg, store: store, rt: runtimetest.New(time.Now)}}
 
 	for _, rel := range []string{"allowed", "allowed/new/dir", "allowed/escape", "allowed/escape/x", "allowed/state", "allowed/state/x", "allowed/../outside/y", "allowed//z", "allowed/", "outside/q", "alias", "alias/w", "allowed2"} {

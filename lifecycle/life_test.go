@@ -166,11 +166,7 @@ func TestShutdownWaitsForWork(t *testing.T) {
 	}
 
 	// What the work wrote reached the store before it was closed.
-	store, err := OpenStore(e.cfg.Store.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openTestStore(t, e.cfg.Store.Dir)
 	if rec, err := store.Sandbox(res.sb.ID); err != nil || rec.State != recordReady {
 		t.Errorf("record of the create in flight = %+v, %v; want ready", rec, err)
 	}

@@ -441,11 +441,7 @@ func TestConfigPoolErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig(t)
 			cfg.Pools = []config.Pool{tt.pool}
-			store, err := OpenStore(cfg.Store.Dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer store.Close()
+			store := openTestStore(t, cfg.Store.Dir)
 			if _, err := New(cfg, runtimetest.New(time.Now), store, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), `pool[0] "p"`) {
 				t.Errorf("New = %v, want an error naming pool[0]", err)
 			}

@@ -11,15 +11,6 @@ import (
 	"time"
 )
 
-func openTestStore(t *testing.T, dir string) *BoltStore {
-	t.Helper()
-	s, err := OpenStore(dir)
-	if err != nil {
-		t.Fatalf("OpenStore: %v", err)
-	}
-	return s
-}
-
 func TestStoreSandboxes(t *testing.T) {
 	s := openTestStore(t, t.TempDir())
 	defer s.Close()
