@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/config"
-	"github.com/sandboxd/sandboxd/lifecycle"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
@@ -19,17 +18,9 @@ func TestEngineScopedCodes(t *testing.T) {
 	cfg := config.Default()
 	cfg.Store.Dir = t.TempDir()
 	cfg.Server.APIKey = testKey
-	store, err := lifecycle.OpenStore(cfg.Store.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
 	rt := runtimetest.NewCluster(time.Now)
 	log := slog.New(slog.DiscardHandler)
-	mgr, err := lifecycle.New(cfg, rt, lifecycle.StoreFor(rt, store), log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := newManager(t, cfg, rt, log)
 	if err := mgr.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}

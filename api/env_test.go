@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/lifecycle"
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
@@ -77,6 +78,22 @@ func newEnv(t *testing.T, edit func(*config.Config)) *env {
 }
 
 // newStartingEnv is newEnv before the lifecycle's first reconcile.
+// newManager is a Manager on rt, wired as sandboxd wires it, its store in
+// cfg.Store.Dir (closed when the test ends).
+func newManager(t testing.TB, cfg config.Config, rt runtime.Runtime, log *slog.Logger) *lifecycle.Manager {
+	t.Helper()
+	store, err := lifecycle.OpenStore(cfg.Store.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	mgr, err := lifecycle.New(cfg, rt, lifecycle.StoreFor(rt, store), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mgr
+}
+
 func newStartingEnv(t *testing.T, edit func(*config.Config)) *env {
 	t.Helper()
 	cfg := config.Default()
@@ -85,18 +102,10 @@ func newStartingEnv(t *testing.T, edit func(*config.Config)) *env {
 	if edit != nil {
 		edit(&cfg)
 	}
-	store, err := lifecycle.OpenStore(cfg.Store.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
 	rt, agent := runtimetest.New(time.Now), &echoAgent{}
 	rt.SetAgent(agent)
 	log := slog.New(slog.DiscardHandler)
-	mgr, err := lifecycle.New(cfg, rt, store, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := newManager(t, cfg, rt, log)
 	srv := httptest.NewServer(New(cfg, mgr, rt, log))
 	t.Cleanup(srv.Close)
 	return &env{srv: srv, mgr: mgr, rt: rt, agent: agent}

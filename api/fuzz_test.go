@@ -36,17 +36,9 @@ func fuzzHandler(f *testing.F) (h http.Handler, allowed, outside string) {
 	cfg.Store.Dir = filepath.Join(root, "state")
 	cfg.Server.APIKey = testKey
 	cfg.Storage.AllowedHostPaths = []string{allowed}
-	store, err := lifecycle.OpenStore(cfg.Store.Dir)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { store.Close() })
 	rt := runtimetest.New(time.Now)
 	log := slog.New(slog.DiscardHandler)
-	mgr, err := lifecycle.New(cfg, rt, store, log)
-	if err != nil {
-		f.Fatal(err)
-	}
+	mgr := newManager(f, cfg, rt, log)
 	if err := mgr.Reconcile(context.Background()); err != nil {
 		f.Fatal(err)
 	}
