@@ -91,18 +91,7 @@ func TestSecondRuntime(t *testing.T) {
 	}
 
 	// A command goes through the agent transport.
-	tr, err := e.m.Transport(ctx, sb.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequest(http.MethodPost, "http://agent/command", strings.NewReader("echo hi"))
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(out) != "ran echo hi" {
+	if out := viaAgent(t, e.m, sb.ID, http.MethodPost, "/command", "echo hi"); out != "ran echo hi" {
 		t.Errorf("command answered %q", out)
 	}
 
@@ -112,7 +101,7 @@ func TestSecondRuntime(t *testing.T) {
 	}
 
 	// What the runtime lacks is not supported, in its own words.
-	err = e.m.Pause(ctx, sb.ID)
+	err := e.m.Pause(ctx, sb.ID)
 	wantCode(t, err, KindInvalid, CodeAPINotSupported)
 	if !strings.Contains(err.Error(), "kubernetes") {
 		t.Errorf("pause error %q does not name the runtime", err)

@@ -2,7 +2,10 @@ package lifecycle
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,6 +60,24 @@ func newEnv(t *testing.T, edit func(*config.Config)) *testEnv {
 }
 
 // newStartingEnv is newEnv before the first reconcile.
+// viaAgent sends a request through the agent transport of sandbox id and
+// returns the answer's body.
+func viaAgent(t *testing.T, m *Manager, id, method, path, body string) string {
+	t.Helper()
+	tr, err := m.Transport(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(method, "http://agent"+path, strings.NewReader(body))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return string(out)
+}
+
 // openTestStore opens the store in dir, closed when the test ends (if it
 // was not already).
 func openTestStore(t testing.TB, dir string) *BoltStore {

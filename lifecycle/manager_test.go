@@ -696,23 +696,12 @@ func TestTransport(t *testing.T) {
 		_, _ = io.WriteString(w, "agent:"+r.URL.Path)
 	}))
 	sb, cid := e.create(t, validRequest())
-	rt, err := e.m.Transport(ctx, sb.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequest(http.MethodGet, "http://sandbox/ping", nil)
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(body) != "agent:/ping" {
+	if body := viaAgent(t, e.m, sb.ID, http.MethodGet, "/ping", ""); body != "agent:/ping" {
 		t.Errorf("agent answered %q", body)
 	}
 
 	e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StatePaused })
-	_, err = e.m.Transport(ctx, sb.ID)
+	_, err := e.m.Transport(ctx, sb.ID)
 	wantCode(t, err, KindConflict, CodeNotRunning)
 
 	if err := e.rt.Remove(ctx, cid); err != nil {
