@@ -425,6 +425,22 @@ func TestFilesPausedAndStopped(t *testing.T) {
 	if got := downloadFile(t, s, stopped.ID, "/late/b.txt"); got != "late" {
 		t.Errorf("round trip in a stopped sandbox: %q", got)
 	}
+	// A file part before its metadata (held by sandboxd until the metadata
+	// comes, then written from that one copy) arrives whole.
+	var early bytes.Buffer
+	mw := multipart.NewWriter(&early)
+	data := strings.Repeat("0123456789abcdef", (3<<20)/16)
+	fw, _ := mw.CreateFormFile("file", "early.bin")
+	io.WriteString(fw, data)
+	meta, _ := mw.CreateFormFile("metadata", "metadata")
+	io.WriteString(meta, `{"path":"/late/early.bin"}`)
+	mw.Close()
+	if status, _, body := stopped.do(t, http.MethodPost, "/files/upload", early.Bytes(), map[string]string{"Content-Type": mw.FormDataContentType()}); status != http.StatusOK {
+		t.Fatalf("upload of a file part before its metadata into a stopped sandbox: %d %s", status, body)
+	}
+	if got := downloadFile(t, s, stopped.ID, "/late/early.bin"); got != data {
+		t.Errorf("file part before its metadata: %d bytes arrived, want %d", len(got), len(data))
+	}
 	if calls := rec.archiveCalls(sandboxContainer(t, stopped.ID).ID, "sandbox-"+stopped.ID); len(calls) == 0 {
 		t.Error("no archive call for the stopped sandbox: the test does not see the engine's traffic")
 	}
