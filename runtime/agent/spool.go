@@ -101,14 +101,19 @@ func (s Spooler) File() (*Spooled, error) {
 // Write appends to the temp file of a Spooled from File.
 func (s *Spooled) Write(p []byte) (int, error) {
 	if s.file == nil {
-		return 0, errors.New("spool: write to content held in memory")
+		return 0, errInMemory
 	}
 	return s.file.Write(p)
 }
 
+var errInMemory = errors.New("spool: content held in memory is not written to")
+
 // Rewind makes what was written to a Spooled from File its content: its
 // Size, read from the start.
 func (s *Spooled) Rewind() error {
+	if s.file == nil {
+		return errInMemory
+	}
 	size, err := s.file.Seek(0, io.SeekCurrent)
 	if err == nil {
 		_, err = s.file.Seek(0, io.SeekStart)

@@ -55,7 +55,11 @@ func TestSpoolFile(t *testing.T) {
 	if got, _ := io.ReadAll(s); string(got) != "first second" || s.Size != int64(len(got)) {
 		t.Errorf("read %q, Size %d", got, s.Size)
 	}
-	if _, err := (&Spooled{Reader: bytes.NewReader(nil)}).Write([]byte("x")); err == nil {
+	mem := &Spooled{Reader: bytes.NewReader(nil)}
+	if _, err := mem.Write([]byte("x")); err == nil {
 		t.Error("a write to content in memory succeeded")
+	}
+	if err := mem.Rewind(); err == nil {
+		t.Error("a rewind of content in memory succeeded")
 	}
 }
