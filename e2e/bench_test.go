@@ -73,7 +73,7 @@ func TestBenchShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(left) != 0 {
-		t.Errorf("the benchmark left %d container(s) behind", len(left))
+	for _, c := range left {
+		t.Errorf("the benchmark left container %s %v behind (%s, %s), labels %v", c.ID[:12], c.Names, c.State, c.Status, c.Labels)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -179,17 +180,34 @@ func (r *raw) agentPIDs(ctx context.Context, cid string) (daemon, bridge int, er
 	return daemon, bridge, nil
 }
 
-// removeLabelled force-removes every container carrying label=value.
-func (r *raw) removeLabelled(ctx context.Context, label, value string) int {
-	list, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", label+"="+value))})
-	if err != nil {
-		return 0
+// removeLabelled force-removes every container carrying label=value, and
+// tries again for a while if the engine refuses a removal (a busy
+// filesystem on a loaded host) or a container appears meanwhile (a create
+// that was in flight).
+func (r *raw) removeLabelled(ctx context.Context, label, value string) {
+	for attempt := 1; ; attempt++ {
+		list, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", label+"="+value))})
+		if err != nil || len(list) == 0 {
+			return
+		}
+		for _, c := range list {
+			if err := r.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && attempt == removeAttempts {
+				fmt.Fprintf(os.Stderr, "bench: could not remove container %s %v (%s): %v\n", c.ID[:12], c.Names, c.State, err)
+			}
+		}
+		if attempt == removeAttempts {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
 	}
-	for _, c := range list {
-		_ = r.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	}
-	return len(list)
 }
+
+// removeAttempts bounds removeLabelled's rounds.
+const removeAttempts = 10
 
 func (r *raw) remove(ctx context.Context, cid string) {
 	_ = r.cli.ContainerRemove(ctx, cid, container.RemoveOptions{Force: true})
