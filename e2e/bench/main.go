@@ -70,7 +70,7 @@ const (
 
 type options struct {
 	url, key, start, image, pprof  string
-	filesOnly                      bool
+	filesOnly, commandsOnly        bool
 	codeImage                      string
 	onlyCode, onlyEgress           bool
 	kubeconfig, k8sAgentImage      string
@@ -103,6 +103,7 @@ func run() (err error) {
 	flag.IntVar(&o.burst, "burst", 100, "concurrent creates in the burst")
 	flag.IntVar(&o.pool, "pool", 30, "creates from a warm pool measured")
 	flag.BoolVar(&o.filesOnly, "files-only", false, "measure only commands and files (no creates, burst or pool): a light run on a shared machine")
+	flag.BoolVar(&o.commandsOnly, "commands-only", false, "measure only commands and the fork floor (implies -files-only)")
 	flag.StringVar(&o.codeImage, "code-image", "sandboxd-test/code-interpreter:latest", "image for the /code phase (with Jupyter and python3); empty skips it")
 	flag.BoolVar(&o.onlyCode, "only-code", false, "measure only the /code phase")
 	flag.BoolVar(&o.onlyEgress, "only-egress", false, "measure only the egress policy phase")
@@ -120,6 +121,7 @@ func run() (err error) {
 			}
 		}
 	}
+	o.filesOnly = o.filesOnly || o.commandsOnly
 	if o.creates < 1 || o.commands < 1 || o.files < 1 || o.transferMiB < 1 || o.reps < 1 || o.burst < 2 || o.pool < 1 {
 		return errors.New("counts must be at least 1 (burst at least 2)")
 	}
@@ -332,14 +334,16 @@ func (b *bench) measure(ctx context.Context, w io.Writer) error {
 	r.forkRows(cmd)
 	r.latency("command echo 1KiB p50", cmd.echo.pct(50), cmd.raw.pct(50), targetCommandRatio, targetCommandP50)
 	r.latency("command echo 1KiB p99", cmd.echo.pct(99), cmd.raw.pct(99), 0, 0)
-	r.latency("upload 1KiB p50", cmd.up1k.pct(50), cmd.rawUp1k.pct(50), 0, 0)
-	r.latency("download 1KiB p50", cmd.down1k.pct(50), cmd.rawDown1k.pct(50), 0, 0)
-	r.latency("/ping p50 (through the proxy)", cmd.ping.pct(50), 0, 0, 0)
-	r.latency("upload 1KiB p50 vs /ping p50", cmd.up1k.pct(50), cmd.ping.pct(50), targetFileToPing, 0)
-	r.latency("download 1KiB p50 vs /ping p50", cmd.down1k.pct(50), cmd.ping.pct(50), targetFileToPing, 0)
-	r.throughput(fmt.Sprintf("upload %dMiB", b.o.transferMiB), median(cmd.upMiBs), median(cmd.rawUpMiBs), targetUpload)
-	r.throughput(fmt.Sprintf("upload %dMiB, unknown length", b.o.transferMiB), median(cmd.upStreamMiBs), median(cmd.rawUpMiBs), 0)
-	r.throughput(fmt.Sprintf("download %dMiB", b.o.transferMiB), median(cmd.downMiBs), median(cmd.rawDownMiBs), targetDownload)
+	if !b.o.commandsOnly {
+		r.latency("upload 1KiB p50", cmd.up1k.pct(50), cmd.rawUp1k.pct(50), 0, 0)
+		r.latency("download 1KiB p50", cmd.down1k.pct(50), cmd.rawDown1k.pct(50), 0, 0)
+		r.latency("/ping p50 (through the proxy)", cmd.ping.pct(50), 0, 0, 0)
+		r.latency("upload 1KiB p50 vs /ping p50", cmd.up1k.pct(50), cmd.ping.pct(50), targetFileToPing, 0)
+		r.latency("download 1KiB p50 vs /ping p50", cmd.down1k.pct(50), cmd.ping.pct(50), targetFileToPing, 0)
+		r.throughput(fmt.Sprintf("upload %dMiB", b.o.transferMiB), median(cmd.upMiBs), median(cmd.rawUpMiBs), targetUpload)
+		r.throughput(fmt.Sprintf("upload %dMiB, unknown length", b.o.transferMiB), median(cmd.upStreamMiBs), median(cmd.rawUpMiBs), 0)
+		r.throughput(fmt.Sprintf("download %dMiB", b.o.transferMiB), median(cmd.downMiBs), median(cmd.rawDownMiBs), targetDownload)
+	}
 	r.add(row{name: "agent RSS in a sandbox", value: cmd.agentRSS, baseline: "—"})
 	if !b.o.filesOnly {
 		n := b.o.burst
@@ -580,7 +584,8 @@ type commandResult struct {
 	trueCmd, echo, raw               durations
 	up1k, down1k, rawUp1k, rawDown1k durations
 	ping                             durations // /ping round trips, next to the 1 KiB files
-	fork                             durations // sh -c true forked in the sandbox, once per block
+	fork                             durations // sh -c true forked in the sandbox, after every forkEvery `true`s
+	blockTrue                        durations // the `true` p50 before each floor sample, taken off it
 	upMiBs, downMiBs                 []float64
 	upStreamMiBs                     []float64 // uploads of unknown length
 	rawUpMiBs, rawDownMiBs           []float64
@@ -625,19 +630,18 @@ func (b *bench) commandsAndFiles(ctx context.Context) (commandResult, error) {
 	for done := 0; done < b.o.commands; done += block {
 		b.progress("commands %d/%d", done, b.o.commands)
 		for i, k := range kinds {
-			for range min(block, b.o.commands-done) {
+			n := min(block, b.o.commands-done)
+			for j := range n {
 				d, err := k.run()
 				if err != nil {
 					return res, err
 				}
 				*k.out = append(*k.out, d)
-			}
-			if i == 0 { // the floor, while the sandbox is as it is for `true`
-				f, err := bx.forkFloor(ctx, res.trueCmd[done:].pct(50))
-				if err != nil {
-					return res, err
+				if i == 0 && ((j+1)%forkEvery == 0 || j == n-1) {
+					if err := bx.floorSample(ctx, &res, j%forkEvery+1); err != nil {
+						return res, err
+					}
 				}
-				res.fork = append(res.fork, f)
 			}
 		}
 	}
@@ -677,6 +681,9 @@ func (b *bench) commandsAndFiles(ctx context.Context) (commandResult, error) {
 		}
 	}
 
+	if b.o.commandsOnly {
+		return res, nil
+	}
 	b.progress("files: %d × 1 KiB", b.o.files)
 	small := bytes.Repeat([]byte("0123456789abcdef"), 64)
 	for range b.o.files {
