@@ -53,7 +53,7 @@ func (r *report) forkRows(cmd commandResult) {
 	r.latency("command true p50 vs sh -c true", cmd.trueCmd.pct(50), cmd.fork.pct(50), targetCommandToFork, 0)
 	var ratios []float64
 	for i, f := range cmd.fork {
-		if f > 0 && i < len(cmd.blockTrue) {
+		if f > 0 {
 			ratios = append(ratios, float64(cmd.blockTrue[i])/float64(f))
 		}
 	}
