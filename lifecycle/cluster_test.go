@@ -298,3 +298,40 @@ func TestAddressPolicyOnClusterRuntime(t *testing.T) {
 		t.Errorf("GET /policy = %d %q, want 501", w.Code, w.Body)
 	}
 }
+
+// On a shared runtime a replica's create makes the sandbox's container
+// before it writes the record to it: a leader that reconciles meanwhile
+// must leave that container alone, and its reaper removes it only once it
+// is clearly left behind.
+func TestReconcileLeavesAnotherReplicasCreate(t *testing.T) {
+	e := newClusterEnv(t)
+	ctx := context.Background()
+	kept := e.createSandbox(t)
+	id := newID()
+	cid, err := e.rt.Create(ctx, runtime.Spec{Name: containerName(id), Image: "img", Labels: map[string]string{LabelID: id, LabelInstance: e.m.instance}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists := func() bool {
+		_, err := e.rt.Inspect(ctx, cid)
+		return err == nil
+	}
+	if err := e.m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.m.Sweep(ctx)
+	if !exists() {
+		t.Fatal("a leader's reconcile removed another replica's create in flight")
+	}
+	if _, err := e.m.Renew(ctx, kept.ID, e.clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(sharedCreateGrace + time.Second)
+	e.m.Sweep(ctx)
+	if exists() {
+		t.Error("the reaper kept a container that got no record for longer than a create takes")
+	}
+	if _, err := e.m.Get(ctx, kept.ID); err != nil {
+		t.Errorf("the reaper's clean-up touched a ready sandbox: %v", err)
+	}
+}

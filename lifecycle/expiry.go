@@ -219,8 +219,40 @@ func (m *Expiry) Sweep(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+	m.sweepUnfinished(ctx, recs)
 	if m.afterSweep != nil {
 		m.afterSweep(ctx)
+	}
+}
+
+// sweepUnfinished removes, on a runtime shared by replicas, the sandbox
+// containers of this instance that have had no ready record for longer
+// than a create takes: one whose replica gave up or died, which Reconcile
+// left since it could have been a create in flight. recs were read
+// before the list, so a create that finishes meanwhile is still young.
+func (m *Expiry) sweepUnfinished(ctx context.Context, recs []*Record) {
+	if _, shared := m.rt.(runtime.Leadership); !shared {
+		return
+	}
+	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
+	if err != nil {
+		return // the sweep's own calls report an engine that is down
+	}
+	ready := map[string]bool{}
+	for _, r := range recs {
+		if r.State == recordReady {
+			ready[r.ID] = true
+		}
+	}
+	for _, c := range conts {
+		id := c.Labels[LabelID]
+		if ready[id] || c.Labels[LabelPool] != "" || m.sandboxes.creating(id) || m.othersCreate(c) {
+			continue
+		}
+		m.log.Warn("reaper: removing a sandbox container whose create never finished", "sandbox_id", id, "container", runtime.ShortID(c.ID))
+		if err := m.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			m.log.Error("reaper: remove unfinished sandbox container", "container", runtime.ShortID(c.ID), "err", err)
+		}
 	}
 }
 

@@ -155,6 +155,18 @@ func (m *Manager) lead(ctx context.Context) {
 	pools.Wait()
 }
 
+// othersCreate reports whether container c, which has no ready record, may
+// be another replica's create in flight: on a runtime shared by replicas,
+// a sandbox's container exists before its record is written to it.
+func (d *deps) othersCreate(c runtime.Container) bool {
+	_, shared := d.rt.(runtime.Leadership)
+	return shared && d.now().Sub(c.Created) < sharedCreateGrace
+}
+
+// sharedCreateGrace is how long a replica's create may take, image pull
+// included, before a leader counts its container as left behind.
+const sharedCreateGrace = 10 * time.Minute
+
 // Shutdown stops the Manager: it refuses new work, waits for the creates
 // and snapshot commits in flight, stops the pool fillers and the reaper
 // (which persists activity last), then closes the store and the engine
@@ -232,6 +244,10 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			continue // a create in flight (a replica that leads later)
 		}
 		if rec == nil || rec.State != recordReady {
+			if m.othersCreate(c) {
+				seen[id] = true // the reaper removes it if it never gets ready
+				continue
+			}
 			m.log.Warn("removing half-created sandbox container", "sandbox_id", id, "container", runtime.ShortID(c.ID))
 			if err := m.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 				m.log.Error("remove half-created container", "container", runtime.ShortID(c.ID), "err", err)
