@@ -255,9 +255,10 @@ func (m *Manager) detachEgress(ctx context.Context, p *createPlan) error {
 }
 
 // startEgress starts, beside the agent's start, what polices a started
-// sandbox: its helper, the daemon there, the sandbox's network, then the
-// policy. The returned function waits for it. The sandbox owns the
-// namespace, so its firewall outlives the helper.
+// sandbox: its helper, whose guard puts the default drop in force, then the
+// sandbox's network beside the daemon's start, then the policy. The
+// returned function waits for it. The sandbox owns the namespace, so its
+// firewall outlives the helper.
 func (m *Manager) startEgress(ctx context.Context, p *createPlan) func() error {
 	if p.rec.NetworkPolicy == nil {
 		return func() error { return nil }
@@ -265,23 +266,33 @@ func (m *Manager) startEgress(ctx context.Context, p *createPlan) func() error {
 	rec := p.rec // the goroutine's own copy: the agent's start reads p.rec
 	done := make(chan error, 1)
 	go func() {
-		err := m.rt.Start(ctx, rec.EgressHelper)
-		if err == nil {
-			// A daemon whose session is up drops everything: the network
-			// can come, then the policy (which also points the resolver
-			// file, rewritten by Docker on connect, at the daemon).
-			_, err = m.egressSession(ctx, &rec, m.egress.get(rec.ID))
+		er, _ := m.egressRuntime()
+		// Never connect before the drop is in force: the interface would
+		// be unpoliced until it is.
+		if err := er.StartEgressHelper(ctx, egressName(rec.ID)); err != nil {
+			done <- err
+			return
 		}
-		if err == nil {
-			er, _ := m.egressRuntime()
-			err = er.AttachNetwork(ctx, rec.ContainerID, p.spec.Network)
-		}
-		if err == nil {
+		connected := make(chan error, 1)
+		go func() { connected <- er.AttachNetwork(ctx, rec.ContainerID, p.spec.Network) }()
+		_, err := m.egressSession(ctx, &rec, m.egress.get(rec.ID))
+		// The policy comes after the network: it also points the resolver
+		// file, rewritten by Docker on connect, at the daemon.
+		if err = errors.Join(<-connected, err); err == nil {
 			_, err = m.pushPolicy(ctx, &rec, *rec.NetworkPolicy)
 		}
 		done <- err
 	}()
 	return func() error { return <-done }
+}
+
+// egressArgs are the daemon's arguments for rec, the guard's as well.
+func (m *Manager) egressArgs(rec *Record) []string {
+	ups := rec.EgressUpstreams
+	if len(m.cfg.Egress.DNSUpstream) > 0 {
+		ups = m.cfg.Egress.DNSUpstream
+	}
+	return []string{"--sandbox", rec.ID, "--upstream", strings.Join(ups, ",")}
 }
 
 // createHelper creates the egress helper of rec's container from image.
@@ -290,7 +301,7 @@ func (m *Manager) createHelper(ctx context.Context, rec *Record, image, platform
 	hid, err := er.CreateEgressHelper(ctx, rec.ContainerID, runtime.Spec{
 		Name: egressName(rec.ID), Image: image, Platform: platform,
 		Labels: map[string]string{LabelEgressFor: rec.ID, LabelEgressInstance: m.instance},
-	})
+	}, m.egressArgs(rec))
 	if err != nil {
 		return "", fmt.Errorf("egress helper: %w", err)
 	}
@@ -342,11 +353,7 @@ func (m *Manager) egressSession(ctx context.Context, rec *Record, link *egressLi
 	if !ok {
 		return nil, errors.New("the runtime has no egress support")
 	}
-	ups := rec.EgressUpstreams
-	if len(m.cfg.Egress.DNSUpstream) > 0 {
-		ups = m.cfg.Egress.DNSUpstream
-	}
-	args := []string{"--sandbox", rec.ID, "--upstream", strings.Join(ups, ",")}
+	args := m.egressArgs(rec)
 	sess, err := er.StartEgress(ctx, egressName(rec.ID), args)
 	if err != nil {
 		if rerr := m.replaceHelper(ctx, rec); rerr != nil {
@@ -376,6 +383,7 @@ func (m *Manager) replaceHelper(ctx context.Context, rec *Record) error {
 	if err != nil {
 		return err
 	}
+	er, _ := m.egressRuntime()
 	if sb.State != runtime.StateRunning {
 		return fmt.Errorf("sandbox container is %s: its egress helper is replaced once it runs", sb.State)
 	}
@@ -390,7 +398,7 @@ func (m *Manager) replaceHelper(ctx context.Context, rec *Record) error {
 	if err != nil {
 		return err
 	}
-	if err := m.rt.Start(ctx, hid); err != nil {
+	if err := er.StartEgressHelper(ctx, egressName(rec.ID)); err != nil {
 		return err
 	}
 	rec.EgressHelper = hid

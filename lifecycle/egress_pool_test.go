@@ -105,7 +105,7 @@ func TestPoolPolicyMembers(t *testing.T) {
 		detached := slices.Contains(f.detached, mem.cid)
 		f.mu.Unlock()
 		if !detached || !ok || attachedAt == 0 {
-			t.Errorf("member %s: detached %v, attached after %d daemon starts (ok %v)", mem.id, detached, attachedAt, ok)
+			t.Errorf("member %s: detached %v, attached after %d guards (ok %v)", mem.id, detached, attachedAt, ok)
 		}
 		if caps := e.rt.Spec(t, mem.cid).Capabilities; !slices.Contains(caps.Drop, "NET_RAW") {
 			t.Errorf("member %s keeps NET_RAW: %+v", mem.id, caps)

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -95,14 +96,17 @@ var _ runtime.Egress = (*egressFake)(nil)
 // records the policies pushed to it.
 type egressFake struct {
 	*runtimetest.Runtime
-	mu       sync.Mutex
-	starts   int
-	pushed   []egress.Policy
-	sessions []*fakeSession
-	fail     bool
-	detached []string
-	attached map[string]int // by container: daemons started when it got its network
-	probes   int
+	mu        sync.Mutex
+	starts    int
+	pushed    []egress.Policy
+	sessions  []*fakeSession
+	fail      bool
+	detached  []string
+	attached  map[string]int // by container: guards in force when it got its network
+	guards    int            // helpers started with their default drop in force
+	noGuard   bool           // helpers' drop never comes into force
+	guardArgs [][]string
+	probes    int
 }
 
 type fakeSession struct {
@@ -122,9 +126,25 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return w.Result(), nil
 }
 
-func (f *egressFake) CreateEgressHelper(ctx context.Context, sandbox string, spec runtime.Spec) (string, error) {
+func (f *egressFake) CreateEgressHelper(ctx context.Context, sandbox string, spec runtime.Spec, args []string) (string, error) {
 	spec.Network = runtime.Network{Mode: runtime.NetworkJoin, Name: sandbox}
+	f.mu.Lock()
+	f.guardArgs = append(f.guardArgs, args)
+	f.mu.Unlock()
 	return f.Create(ctx, spec)
+}
+
+func (f *egressFake) StartEgressHelper(ctx context.Context, helper string) error {
+	if err := f.Start(ctx, helper); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.noGuard {
+		return errors.New("helper exited before its default drop was in force")
+	}
+	f.guards++
+	return nil
 }
 
 func (f *egressFake) DetachNetwork(_ context.Context, id string, _ runtime.Network) error {
@@ -140,7 +160,7 @@ func (f *egressFake) AttachNetwork(_ context.Context, id string, _ runtime.Netwo
 	if f.attached == nil {
 		f.attached = map[string]int{}
 	}
-	f.attached[id] = f.starts
+	f.attached[id] = f.guards
 	return nil
 }
 
@@ -205,7 +225,13 @@ func TestEgressLifecycle(t *testing.T) {
 	detached, attachedAt := slices.Clone(f.detached), f.attached[cid]
 	f.mu.Unlock()
 	if !slices.Equal(detached, []string{cid}) || attachedAt != 1 {
-		t.Errorf("detached %v, attached after %d daemon starts, want %s and 1", detached, attachedAt, cid)
+		t.Errorf("detached %v, attached after %d guards, want %s and 1", detached, attachedAt, cid)
+	}
+	f.mu.Lock()
+	guardArgs := slices.Clone(f.guardArgs)
+	f.mu.Unlock()
+	if want := []string{"--sandbox", sb.ID, "--upstream", "192.0.2.53:53"}; len(guardArgs) != 1 || !slices.Equal(guardArgs[0], want) {
+		t.Errorf("guard args %q, want %q", guardArgs, want)
 	}
 	caps := spec.Capabilities
 	if slices.Contains(caps.Add, "NET_RAW") || slices.Contains(caps.Add, "NET_ADMIN") ||
@@ -293,6 +319,28 @@ func TestEgressLifecycle(t *testing.T) {
 	}
 	if left, _ := e.rt.List(context.Background(), map[string]string{LabelEgressFor: ""}); len(left) != 0 {
 		t.Errorf("%d helpers left after a failed create", len(left))
+	}
+}
+
+// A helper whose default drop never comes into force (its guard fails or
+// exits) fails the create before the sandbox is ever given its network.
+func TestEgressNoGuardNoNetwork(t *testing.T) {
+	e := newEnv(t, nil)
+	f := &egressFake{Runtime: e.rt, noGuard: true}
+	e.m.rt = f
+	req := validRequest()
+	req.NetworkPolicy = &NetworkPolicy{DefaultAction: "deny"}
+	if _, err := e.m.Create(context.Background(), req); err == nil {
+		t.Fatal("create succeeded without the helper's default drop")
+	}
+	f.mu.Lock()
+	attached, starts := len(f.attached), f.starts
+	f.mu.Unlock()
+	if attached != 0 || starts != 0 {
+		t.Errorf("sandbox connected %d times, %d daemons started, before any drop was in force", attached, starts)
+	}
+	if left, _ := e.rt.List(context.Background(), nil); len(left) != 0 {
+		t.Errorf("%d containers left after a failed create", len(left))
 	}
 }
 

@@ -19,9 +19,13 @@ type Egress interface {
 	AttachNetwork(ctx context.Context, id string, network Network) error
 	// CreateEgressHelper creates (not starts) a helper from spec's name,
 	// image, labels and platform that joins the network namespace of
-	// container sandbox when both run; the runtime supplies its command,
-	// user, capabilities and resources. Errors as Create's.
-	CreateEgressHelper(ctx context.Context, sandbox string, spec Spec) (string, error)
+	// container sandbox when both run; the runtime supplies its command
+	// (the daemon's guard, with args), user, capabilities and resources.
+	// Errors as Create's.
+	CreateEgressHelper(ctx context.Context, sandbox string, spec Spec, args []string) (string, error)
+	// StartEgressHelper starts helper and returns once its default drop is
+	// in force in the namespace (an error if it never is).
+	StartEgressHelper(ctx context.Context, helper string) error
 	// StartEgress starts the egress daemon in the helper with args and
 	// returns the session that controls it.
 	StartEgress(ctx context.Context, helper string, args []string) (Session, error)

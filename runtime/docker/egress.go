@@ -2,9 +2,11 @@ package docker
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
@@ -31,11 +33,40 @@ func helperSpec(spec runtime.Spec) runtime.Spec {
 	return spec
 }
 
-// CreateEgressHelper implements runtime.Egress.
-func (d *Docker) CreateEgressHelper(ctx context.Context, sandbox string, spec runtime.Spec) (string, error) {
+// CreateEgressHelper implements runtime.Egress: the helper's main process
+// is the daemon's guard, which programs the default drop as it starts.
+func (d *Docker) CreateEgressHelper(ctx context.Context, sandbox string, spec runtime.Spec, args []string) (string, error) {
 	spec = helperSpec(spec)
+	spec.Cmd = append([]string{agentPath, "egress", "guard"}, args...)
 	spec.Network = runtime.Network{Mode: runtime.NetworkJoin, Name: sandbox}
 	return d.Create(ctx, spec)
+}
+
+// StartEgressHelper implements runtime.Egress: it attaches to the helper's
+// output before the start, so the guard's egress.Ready line cannot pass
+// unseen, and waits for that line (no polling).
+func (d *Docker) StartEgressHelper(ctx context.Context, helper string) error {
+	cctx, cancel := d.call(ctx)
+	defer cancel()
+	hr, err := d.cli.ContainerAttach(cctx, helper, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return wrap(err, "attach egress helper %s", helper)
+	}
+	conn := newExecConn(hr, d.agentLog(helper))
+	defer conn.Close()
+	stop := context.AfterFunc(cctx, func() { conn.Close() })
+	defer stop()
+	if err := d.cli.ContainerStart(cctx, helper, container.StartOptions{}); err != nil {
+		return wrap(err, "start egress helper %s", helper)
+	}
+	line, err := bufio.NewReader(io.LimitReader(conn, 4<<10)).ReadString('\n')
+	if strings.TrimSpace(line) == egress.Ready {
+		return nil
+	}
+	if cctx.Err() != nil {
+		return wrap(cctx.Err(), "egress helper %s: default drop not in force", helper)
+	}
+	return fmt.Errorf("egress helper %s exited before its default drop was in force (output %q, %v)", helper, line, err)
 }
 
 // DetachNetwork implements runtime.Egress.

@@ -36,25 +36,26 @@ const (
 	learnMax   = 360 * time.Second
 )
 
-// Main runs `sandboxd egress hold` (the helper's main process, which only
-// holds the network namespace) or `sandboxd egress serve [--upstream
-// ip:port,...]` (the enforcing daemon, started by sandboxd over exec,
-// controlled over its stdin and stdout).
+// Ready is the line `sandboxd egress guard` writes on its stdout once the
+// default drop is in force in its namespace.
+const Ready = "sandboxd-egress: default drop in force"
+
+// Main runs `sandboxd egress hold` (a main process that only holds its
+// network namespace), `sandboxd egress guard --upstream ip:port,...` (the
+// helper's main process: it puts the default drop in force, says Ready,
+// then holds) or `sandboxd egress serve --upstream ...` (the enforcing
+// daemon, started by sandboxd over exec, controlled over its stdin and
+// stdout).
 func Main(ctx context.Context, args []string, log *slog.Logger) error {
 	if len(args) == 0 {
-		return fmt.Errorf("egress: want hold or serve")
+		return fmt.Errorf("egress: want hold, guard or serve")
 	}
 	switch args[0] {
 	case "hold":
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-		select {
-		case <-sig:
-		case <-ctx.Done():
-		}
+		hold(ctx)
 		return nil
-	case "serve":
-		fs := flag.NewFlagSet("egress serve", flag.ContinueOnError)
+	case "guard", "serve":
+		fs := flag.NewFlagSet("egress "+args[0], flag.ContinueOnError)
 		up := fs.String("upstream", "", "comma-separated upstream resolvers (ip or ip:port)")
 		sandbox := fs.String("sandbox", "", "id of the sandbox, for the log")
 		if err := fs.Parse(args[1:]); err != nil {
@@ -65,10 +66,43 @@ func Main(ctx context.Context, args []string, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		return serve(ctx, ups, log)
+		if args[0] == "serve" {
+			return serve(ctx, ups, log)
+		}
+		return guard(ctx, ups)
 	}
 	return fmt.Errorf("egress: unknown subcommand %q", args[0])
 }
+
+func hold(ctx context.Context) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case <-sig:
+	case <-ctx.Done():
+	}
+}
+
+// guard programs the table the daemon starts with (everything dropped but
+// loopback) before sandboxd gives the namespace an interface, so that the
+// interface is policed from its first packet while the daemon starts.
+func guard(ctx context.Context, upstreams []netip.AddrPort) error {
+	fw, err := newFirewall()
+	if err != nil {
+		return err
+	}
+	d := &daemon{fw: fw, upstreams: upstreams, policy: denyAll()}
+	if err := d.setPolicy(d.policy); err != nil {
+		return err
+	}
+	if _, err := fmt.Println(Ready); err != nil {
+		return err
+	}
+	hold(ctx)
+	return nil
+}
+
+func denyAll() Policy { return Policy{DefaultAction: Deny, Egress: []Rule{}} }
 
 func parseUpstreams(s string) ([]netip.AddrPort, error) {
 	if s == "" {
@@ -94,7 +128,6 @@ type daemon struct {
 	log       *slog.Logger
 	fw        *firewall
 	upstreams []netip.AddrPort
-	guarded   []netip.Prefix
 	client    *dns.Client
 
 	// verdicts, reported on GET /stats
@@ -117,8 +150,7 @@ func serve(ctx context.Context, upstreams []netip.AddrPort, log *slog.Logger) er
 	}
 	d := &daemon{
 		log: log, fw: fw, upstreams: upstreams,
-		guarded: append(GuardedPrefixes(), gateways()...),
-		policy:  Policy{DefaultAction: Deny, Egress: []Rule{}},
+		policy:  denyAll(),
 		learned: map[netip.Addr]learned{},
 	}
 	d.client = &dns.Client{Timeout: 5 * time.Second, Dialer: &net.Dialer{Control: markSocket}}
@@ -230,7 +262,9 @@ func (d *daemon) setPolicy(p Policy) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now()
-	rs := ruleset{policy: p, guarded: d.guarded}
+	// The gateway is read at each change: the daemon may start before the
+	// sandbox has its interface, and the policy it is sent comes after.
+	rs := ruleset{policy: p, guarded: append(GuardedPrefixes(), gateways()...)}
 	for _, u := range d.upstreams {
 		rs.upstreams = append(rs.upstreams, u.Addr())
 	}
