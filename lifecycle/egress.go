@@ -233,25 +233,41 @@ func (m *Manager) egressUpstreams(ctx context.Context, spec runtime.Spec) ([]str
 	return slices.Clone(m.egress.hostResolvers), nil
 }
 
-// detachEgress runs between the create and the start of a policed
-// sandbox: its container leaves its network, so that it starts with
-// loopback only and gets its interface once the firewall is in force; its
-// helper is created meanwhile.
-func (m *Manager) detachEgress(ctx context.Context, p *createPlan) error {
+// prepareEgress creates a policed sandbox's helper beside the create of
+// its container (the helper names the sandbox's container, which Docker
+// resolves only when the helper starts). The returned function, given the
+// created container (or "" if its create failed), waits for the helper and
+// makes the container leave its network, so that it starts with loopback
+// only and gets its interface once the firewall is in force.
+func (m *Manager) prepareEgress(ctx context.Context, p *createPlan) (detach func(cid string) error) {
 	if p.rec.NetworkPolicy == nil {
-		return nil
+		return func(string) error { return nil }
 	}
-	ups, err := m.egressUpstreams(ctx, p.spec)
-	if err != nil {
-		return err
+	type helper struct {
+		id  string
+		ups []string
+		err error
 	}
-	p.rec.EgressUpstreams = ups
-	er, _ := m.egressRuntime()
-	detached := make(chan error, 1)
-	go func() { detached <- er.DetachNetwork(ctx, p.rec.ContainerID, p.spec.Network) }()
-	hid, err := m.createHelper(ctx, &p.rec, p.spec.Image, p.spec.Platform)
-	p.rec.EgressHelper = hid
-	return errors.Join(<-detached, err)
+	created := make(chan helper, 1)
+	rec := p.rec // the goroutine's own copy
+	go func() {
+		var h helper
+		if h.ups, h.err = m.egressUpstreams(ctx, p.spec); h.err == nil {
+			rec.EgressUpstreams = h.ups
+			h.id, h.err = m.createHelper(ctx, &rec, p.spec.Image, p.spec.Platform)
+		}
+		created <- h
+	}()
+	return func(cid string) error {
+		var detached error
+		if cid != "" {
+			er, _ := m.egressRuntime()
+			detached = er.DetachNetwork(ctx, cid, p.spec.Network)
+		}
+		h := <-created
+		p.rec.EgressUpstreams, p.rec.EgressHelper = h.ups, h.id
+		return errors.Join(detached, h.err)
+	}
 }
 
 // startEgress starts, beside the agent's start, what polices a started
@@ -295,10 +311,11 @@ func (m *Manager) egressArgs(rec *Record) []string {
 	return []string{"--sandbox", rec.ID, "--upstream", strings.Join(ups, ",")}
 }
 
-// createHelper creates the egress helper of rec's container from image.
+// createHelper creates the egress helper of rec's container (by name: it
+// may not exist yet) from image.
 func (m *Manager) createHelper(ctx context.Context, rec *Record, image, platform string) (string, error) {
 	er, _ := m.egressRuntime()
-	hid, err := er.CreateEgressHelper(ctx, rec.ContainerID, runtime.Spec{
+	hid, err := er.CreateEgressHelper(ctx, containerName(rec.ID), runtime.Spec{
 		Name: egressName(rec.ID), Image: image, Platform: platform,
 		Labels: map[string]string{LabelEgressFor: rec.ID, LabelEgressInstance: m.instance},
 	}, m.egressArgs(rec))

@@ -97,7 +97,7 @@ func TestPoolPolicyMembers(t *testing.T) {
 	}
 	for _, mem := range e.idle("pol") {
 		h, ok := helperOf(t, e.rt, mem.id)
-		if !ok || e.rt.Spec(t, h.ID).Network != (runtime.Network{Mode: runtime.NetworkJoin, Name: mem.cid}) {
+		if !ok || e.rt.Spec(t, h.ID).Network != (runtime.Network{Mode: runtime.NetworkJoin, Name: containerName(mem.id)}) {
 			t.Errorf("member %s: no helper in its namespace", mem.id)
 		}
 		f.mu.Lock()

@@ -217,7 +217,7 @@ func TestEgressLifecycle(t *testing.T) {
 	spec := e.rt.Spec(t, cid)
 	// The sandbox owns its namespace on sandboxd's network, starts without
 	// it, and gets it once the policy is in force.
-	joined := runtime.Network{Mode: runtime.NetworkJoin, Name: cid}
+	joined := runtime.Network{Mode: runtime.NetworkJoin, Name: containerName(sb.ID)}
 	if spec.Network != (runtime.Network{Mode: runtime.NetworkIsolated, Name: DefaultNetwork}) || rec.EgressHelper == "" || e.rt.Spec(t, rec.EgressHelper).Network != joined {
 		t.Fatalf("sandbox network %+v, helper %q", spec.Network, rec.EgressHelper)
 	}

@@ -623,11 +623,14 @@ func (m *Pools) makeMember(ctx context.Context, name string, def *poolDef) (mem 
 	if err := m.ensureImage(ctx, spec.Image, nil, "", nil); err != nil {
 		return mem, fmt.Errorf("image %s: %w", spec.Image, err)
 	}
+	plan := &createPlan{rec: Record{ID: mem.id, NetworkPolicy: def.enforced}, spec: spec}
+	detach := m.egress.prepareEgress(ctx, plan)
 	if mem.cid, err = m.rt.Create(ctx, spec); err != nil {
+		_ = detach("") // its helper must exist before the failure removes it
 		return mem, err
 	}
-	plan := &createPlan{rec: Record{ID: mem.id, ContainerID: mem.cid, NetworkPolicy: def.enforced}, spec: spec}
-	if err := m.egress.detachEgress(ctx, plan); err != nil {
+	plan.rec.ContainerID = mem.cid
+	if err := detach(mem.cid); err != nil {
 		return mem, err
 	}
 	if err := m.rt.Start(ctx, mem.cid); err != nil {

@@ -46,7 +46,7 @@ type Sandboxes struct {
 type egressPlanner interface {
 	requestPolicy(np *NetworkPolicy) (*egress.Policy, error)
 	planEgress(p *createPlan, pol *egress.Policy) error
-	detachEgress(ctx context.Context, p *createPlan) error
+	prepareEgress(ctx context.Context, p *createPlan) (detach func(cid string) error)
 	startEgress(ctx context.Context, p *createPlan) (wait func() error)
 	removeEgress(ctx context.Context, rec *Record) error
 }
@@ -351,12 +351,14 @@ func (m *Sandboxes) provision(ctx context.Context, p *createPlan) (*Sandbox, err
 		}
 		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: fmt.Sprintf("%s: %v", what, err), Err: err}
 	}
+	detach := m.egress.prepareEgress(ctx, p)
 	cid, err := m.rt.Create(ctx, p.spec)
 	if err != nil {
+		_ = detach("") // its helper must exist before the failure removes it
 		return fail(err, "create container")
 	}
 	p.rec.ContainerID = cid
-	if err := m.egress.detachEgress(ctx, p); err != nil {
+	if err := detach(cid); err != nil {
 		return fail(err, "start egress helper")
 	}
 	if err := m.rt.Start(ctx, cid); err != nil {
