@@ -6,7 +6,7 @@
 //	sandboxd version
 //	sandboxd agent                            (runs inside sandboxes)
 //	sandboxd install-agent DIR                (init container of Kubernetes sandbox pods)
-//	sandboxd egress hold|serve                (runs in egress helpers)
+//	sandboxd egress hold|guard|serve          (runs in egress helpers)
 //	sandboxd ls|create|exec|shell|cp|logs|renew|pause|resume|kill ...   (client; see package cli)
 package main
 
