@@ -36,10 +36,6 @@ const (
 	learnMax   = 360 * time.Second
 )
 
-// Ready is the line `sandboxd egress guard` writes on its stdout once the
-// default drop is in force in its namespace.
-const Ready = "sandboxd-egress: default drop in force"
-
 // Main runs `sandboxd egress hold` (a main process that only holds its
 // network namespace), `sandboxd egress guard --upstream ip:port,...` (the
 // helper's main process: it puts the default drop in force, says Ready,

@@ -14,6 +14,11 @@ import (
 // it.
 const ResolvConf = "/etc/resolv.conf"
 
+// Ready is the line `sandboxd egress guard` writes on its stdout once the
+// default drop is in force in its namespace; sandboxd, on any OS, waits
+// for it before it connects the sandbox.
+const Ready = "sandboxd-egress: default drop in force"
+
 // Nameservers returns the nameservers of a resolv.conf as ip:53, without
 // loopback and unspecified ones (in a container, those are not the host's).
 func Nameservers(r io.Reader) ([]string, error) {
