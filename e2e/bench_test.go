@@ -67,9 +67,19 @@ func TestBenchShort(t *testing.T) {
 		t.Errorf("no CPU profile written: %v", err)
 	}
 
+	// Only this run's containers: other benchmarks may run beside it.
+	var run string
+	for _, l := range lines {
+		if v, ok := strings.CutPrefix(l, "run: "); ok {
+			run, _, _ = strings.Cut(v, " ")
+		}
+	}
+	if run == "" {
+		t.Fatal("the report names no run")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
 	defer cancel()
-	left, err := dockerClient(t).ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "sandboxd-bench"))})
+	left, err := dockerClient(t).ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "sandboxd-bench="+run))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -273,6 +273,7 @@ func (b *bench) header(ctx context.Context, w io.Writer) error {
 		fmt.Fprintf(w, "server: %s\n", b.o.url)
 	}
 	fmt.Fprintf(w, "load average at start: %s\n", loadavg())
+	fmt.Fprintf(w, "run: %s (the label %s on its containers)\n", b.r.run, labelBench)
 	fmt.Fprintf(w, "image: %s; counts: creates=%d commands=%d files=%d transfer=%dMiB×%d burst=%d pool=%d\n\n",
 		b.o.image, b.o.creates, b.o.commands, b.o.files, b.o.transferMiB, b.o.reps, b.o.burst, b.o.pool)
 	return nil
