@@ -14,6 +14,11 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
 
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -34,6 +39,7 @@ var elfMachines = map[string]elf.Machine{
 // agentSet holds one agent volume per platform it has a binary for.
 type agentSet struct {
 	volumes map[string]*agentVolume // by platform
+	pruned  sync.Once
 }
 
 // newAgentSet collects the agent binaries: files named by platform (each
@@ -164,8 +170,47 @@ func (s *agentSet) volume(ctx context.Context, d *Docker, spec runtime.Spec) (st
 	if err != nil {
 		return "", err
 	}
-	return v.ensure(ctx, d, spec.Image)
+	name, err := v.ensure(ctx, d, spec.Image)
+	if err == nil {
+		s.pruned.Do(func() { go s.pruneStale(context.WithoutCancel(ctx), d) })
+	}
+	return name, err
 }
+
+// pruneStale removes the agent volumes of other sandboxd builds that no
+// container uses: every upgrade (or build) leaves one of up to the
+// binary's size on the engine. The engine refuses to remove a volume that
+// any container, running or not, still mounts; one made in the last
+// staleAgentAge may be another sandboxd's, about to be filled.
+func (s *agentSet) pruneStale(ctx context.Context, d *Docker) {
+	cctx, cancel := d.call(ctx)
+	defer cancel()
+	list, err := d.cli.VolumeList(cctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelAgentVolume))})
+	if err != nil {
+		d.log.Debug("list agent volumes", "err", err)
+		return
+	}
+	ours := map[string]bool{}
+	for _, v := range s.volumes {
+		ours[v.name()] = true
+	}
+	removed := 0
+	for _, v := range list.Volumes {
+		created, err := time.Parse(time.RFC3339, v.CreatedAt)
+		if ours[v.Name] || !strings.HasPrefix(v.Name, "sandboxd-agent-") || err != nil || time.Since(created) < staleAgentAge {
+			continue
+		}
+		if err := d.cli.VolumeRemove(cctx, v.Name, false); err == nil {
+			removed++
+		}
+	}
+	if removed > 0 {
+		d.log.Info("removed the agent volumes of other sandboxd builds that no container uses", "volumes", removed)
+	}
+}
+
+// staleAgentAge is how old another build's agent volume must be to go.
+const staleAgentAge = 10 * time.Minute
 
 // imagePlatform is the platform a container of spec runs as: the one the
 // request asked for, else the image's own.

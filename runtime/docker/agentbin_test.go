@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -296,4 +297,54 @@ func TestAgentVolumeRefilled(t *testing.T) {
 	labelled, size = false, 0
 	mu.Unlock()
 	ensure("volume replaced by an empty one", 3)
+}
+
+// Another build's agent volume goes once no container uses it; this
+// build's, a young one and volumes that are not agent volumes stay.
+func TestPruneStaleAgentVolumes(t *testing.T) {
+	old := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	young := time.Now().UTC().Format(time.RFC3339)
+	var removed []string
+	var mu sync.Mutex
+	del := func(name string, inUse bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			if inUse {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusConflict)
+				io.WriteString(w, `{"message":"remove `+name+`: volume is in use"}`)
+				return
+			}
+			removed = append(removed, name)
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}
+	set := &agentSet{volumes: map[string]*agentVolume{"linux/amd64": {platform: "linux/amd64", hash: "0123456789abcdef"}}}
+	ours := set.volumes["linux/amd64"].name()
+	routes := map[string]http.HandlerFunc{
+		"GET /volumes": func(w http.ResponseWriter, r *http.Request) {
+			if !strings.Contains(r.URL.Query().Get("filters"), LabelAgentVolume) {
+				t.Errorf("volumes listed without the agent label filter: %s", r.URL.RawQuery)
+			}
+			io.WriteString(w, `{"Volumes":[`+
+				`{"Name":"`+ours+`","CreatedAt":"`+old+`"},`+
+				`{"Name":"sandboxd-agent-linux-amd64-aaaaaaaaaaaaaaaa","CreatedAt":"`+old+`"},`+
+				`{"Name":"sandboxd-agent-linux-amd64-bbbbbbbbbbbbbbbb","CreatedAt":"`+old+`"},`+
+				`{"Name":"sandboxd-agent-linux-amd64-cccccccccccccccc","CreatedAt":"`+young+`"},`+
+				`{"Name":"someone-elses","CreatedAt":"`+old+`"}]}`)
+		},
+		"DELETE /volumes/sandboxd-agent-linux-amd64-aaaaaaaaaaaaaaaa": del("sandboxd-agent-linux-amd64-aaaaaaaaaaaaaaaa", false),
+		"DELETE /volumes/sandboxd-agent-linux-amd64-bbbbbbbbbbbbbbbb": del("sandboxd-agent-linux-amd64-bbbbbbbbbbbbbbbb", true),
+	}
+	for _, keep := range []string{ours, "sandboxd-agent-linux-amd64-cccccccccccccccc", "someone-elses"} {
+		routes["DELETE /volumes/"+keep] = del(keep, false)
+	}
+	d := fakeEngine(t, 0, false, routes)
+	set.pruneStale(context.Background(), d)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(removed, []string{"sandboxd-agent-linux-amd64-aaaaaaaaaaaaaaaa"}) {
+		t.Errorf("removed %v, want only the old unused volume of another build", removed)
+	}
 }
