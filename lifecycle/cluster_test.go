@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -334,4 +335,56 @@ func TestReconcileLeavesAnotherReplicasCreate(t *testing.T) {
 	if _, err := e.m.Get(ctx, kept.ID); err != nil {
 		t.Errorf("the reaper's clean-up touched a ready sandbox: %v", err)
 	}
+}
+
+// TestProxyReadsARecordOncePerSandbox: the proxy's transport reads a
+// sandbox's record (on Kubernetes an API call) once, not per request,
+// and still answers as before once the sandbox is stopped or gone.
+func TestProxyReadsARecordOncePerSandbox(t *testing.T) {
+	e := newClusterEnv(t)
+	ctx := context.Background()
+	sb := e.createSandbox(t)
+	name := containerName(sb.ID)
+	var reads atomic.Int32
+	e.rt.Fake().Hook("Record", func(_ context.Context, id string) error {
+		if id == name {
+			reads.Add(1)
+		}
+		return nil
+	})
+	for range 20 {
+		if out := viaAgent(t, e.m, sb.ID, http.MethodPost, "/command", "true"); out != "ran true" {
+			t.Fatalf("command answered %q", out)
+		}
+	}
+	if n := reads.Load(); n > 1 {
+		t.Errorf("20 requests read the record %d times, want at most once", n)
+	}
+	rec, err := StoreFor(e.rt, e.local).Sandbox(sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Stopped behind sandboxd's back: the agent cannot run, as before.
+	e.rt.Fake().Set(t, rec.ContainerID, func(c *runtime.Container) { c.State = runtime.StateExited })
+	_, err = e.m.Transport(ctx, sb.ID)
+	wantCode(t, err, KindConflict, CodeNotRunning)
+	e.rt.Fake().Set(t, rec.ContainerID, func(c *runtime.Container) { c.State = runtime.StateRunning })
+	viaAgent(t, e.m, sb.ID, http.MethodPost, "/command", "true")
+
+	// Deleted by another replica (pod and record gone): not found.
+	if err := e.rt.Remove(ctx, rec.ContainerID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.m.Transport(ctx, sb.ID)
+	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
+
+	// Deleted through this replica: not found.
+	sb = e.createSandbox(t)
+	viaAgent(t, e.m, sb.ID, http.MethodPost, "/command", "true")
+	if err := e.m.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.m.Transport(ctx, sb.ID)
+	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 }

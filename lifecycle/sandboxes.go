@@ -38,6 +38,13 @@ type Sandboxes struct {
 	// paused holds the ids of sandboxes paused through sandboxd: their
 	// agent is frozen, so file transfers are refused instead of hanging.
 	paused sync.Map
+
+	// routes holds the container of each ready sandbox whose agent the
+	// proxy has reached. A ready record's container never changes, so the
+	// proxy reads the record once per sandbox rather than once per request
+	// (a bbolt read and a JSON decode; on Kubernetes an API call). An entry
+	// goes with its sandbox, or as soon as its agent cannot be reached.
+	routes sync.Map // sandbox id → container id
 }
 
 // egressPlanner is how a create is policed (egress.go): a policy planned
@@ -399,6 +406,7 @@ func (m *Sandboxes) destroy(ctx context.Context, rec *Record, cid string) error 
 	m.removeVolumes(ctx, rec.ManagedVolumes)
 	m.deadlines.forget(rec.ID)
 	m.paused.Delete(rec.ID)
+	m.routes.Delete(rec.ID)
 	if err := m.store.DeleteSandbox(rec.ID); err != nil && !errors.Is(err, errNoRecord) {
 		return err
 	}
@@ -732,17 +740,33 @@ func (m *Sandboxes) Endpoint(ctx context.Context, id string, port int, requestHo
 // Transport returns a RoundTripper to the agent of a running sandbox, for
 // the proxy route. Each call counts as activity.
 func (m *Sandboxes) Transport(ctx context.Context, id string) (http.RoundTripper, error) {
-	rec, err := m.record(id)
-	if err != nil {
-		return nil, err
-	}
-	if rec.State != recordReady {
-		return nil, errf(KindConflict, CodeNotRunning, "sandbox %s is still being created", id)
+	var rec *Record
+	cid, known := m.routes.Load(id)
+	if !known {
+		var err error
+		if rec, err = m.record(id); err != nil {
+			return nil, err
+		}
+		if rec.State != recordReady {
+			return nil, errf(KindConflict, CodeNotRunning, "sandbox %s is still being created", id)
+		}
+		cid = rec.ContainerID
 	}
 	m.deadlines.Touch(id)
-	rt, err := m.rt.Agent(ctx, rec.ContainerID)
+	rt, err := m.rt.Agent(ctx, cid.(string))
 	if err == nil {
+		if !known {
+			m.routes.Store(id, cid)
+		}
 		return rt, nil
+	}
+	m.routes.Delete(id)
+	if rec == nil {
+		// The record says why: the sandbox may be gone.
+		var rerr error
+		if rec, rerr = m.record(id); rerr != nil {
+			return nil, rerr
+		}
 	}
 	if errors.Is(err, runtime.ErrNotFound) {
 		_, ierr := m.inspect(ctx, rec)
