@@ -100,8 +100,9 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request, id, portTex
 	// if its client had gone.
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	start := time.Now()
-	w = &proxyWriter{ResponseWriter: w, length: -1}
-	rp.ServeHTTP(w, r)
+	pw := &proxyWriter{ResponseWriter: w, length: -1}
+	rp.ServeHTTP(pw, r)
+	pw.finish()
 	if port == lifecycle.ExecdPort && rest == "/command" {
 		s.mgr.Metrics().CommandSeconds.Observe(time.Since(start))
 	}
@@ -161,6 +162,14 @@ func (w *proxyWriter) FlushError() error {
 		return nil
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// finish sends a response of known length that is whole now: the
+// handler's return would send it only after the access log's write.
+func (w *proxyWriter) finish() {
+	if w.length >= 0 && w.written == w.length {
+		_ = http.NewResponseController(w.ResponseWriter).Flush()
+	}
 }
 
 // Unwrap lets http.ResponseController reach the writer's other methods.

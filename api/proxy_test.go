@@ -3,8 +3,10 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime/multipart"
 	"net"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -403,5 +406,59 @@ func TestProxyShortBody(t *testing.T) {
 	}
 	if e.agent.count() != before {
 		t.Error("the cut request reached the agent")
+	}
+}
+
+// logGate is a log handler whose access log line for a proxied request
+// waits until the client has its answer, and reports whether it came.
+type logGate struct {
+	answered chan struct{}
+	logged   chan bool
+}
+
+func (g logGate) Enabled(context.Context, slog.Level) bool { return true }
+func (g logGate) WithAttrs([]slog.Attr) slog.Handler       { return g }
+func (g logGate) WithGroup(string) slog.Handler            { return g }
+func (g logGate) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "request" {
+		return nil
+	}
+	select {
+	case <-g.answered:
+		g.logged <- true
+	case <-time.After(5 * time.Second):
+		g.logged <- false
+	}
+	return nil
+}
+
+// A proxied answer of known length reaches the client before sandboxd
+// writes the request's access log line: the log is not on a command's path.
+func TestProxyAnswersBeforeLogging(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t)
+	e.rt.SetAgent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "2")
+		io.WriteString(w, "ok")
+	}))
+	gate := logGate{answered: make(chan struct{}), logged: make(chan bool, 1)}
+	cfg := config.Default()
+	cfg.Server.APIKey = testKey
+	srv := httptest.NewServer(New(cfg, e.mgr, e.rt, slog.New(gate)))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/sandboxes/"+id+"/proxy/44772/ping", nil)
+	req.Header.Set(headerAPIKey, testKey)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	close(gate.answered)
+	if string(body) != "ok" {
+		t.Fatalf("answer %q", body)
+	}
+	if !<-gate.logged {
+		t.Error("the answer came only after the access log line")
 	}
 }
