@@ -149,20 +149,24 @@ func (s *eventStream) flushHeld() {
 	s.flush()
 }
 
-// end writes the stream's last event. It is not flushed: the handler's
-// return sends it together with the end of the response, and if nothing
-// was written before, the whole response goes out in one write with its
-// length.
+// end writes the stream's last event. If nothing was written before, the
+// whole response goes out now in one write with its length, before the
+// handler's cleanup; otherwise the handler's return sends the last event
+// together with the end of the response.
 func (s *eventStream) end(p []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended || s.err != nil {
 		return
 	}
-	if !s.committed {
+	whole := !s.committed
+	if whole {
 		s.w.Header().Set("Content-Length", strconv.Itoa(len(s.pending)+len(p)))
 	}
 	s.out(p)
+	if whole {
+		s.flush()
+	}
 	s.ended = true
 	if s.flusher != nil {
 		s.flusher.Stop()

@@ -173,16 +173,19 @@ func (r *flushRecorder) snapshot() (body string, flushes, flushed int) {
 }
 
 // A command that ends within the hold answers in one piece, with its
-// length, and nothing is flushed before the handler returns.
+// length, sent by its last event (before the handler's cleanup).
 func TestHeldStreamEndsInOneWrite(t *testing.T) {
 	rec := &flushRecorder{header: http.Header{}}
 	es := newHeldEventStream(rec, time.Hour)
 	es.text(evInit, "id")
 	es.write(appendTextEvent(nil, evStdout, "out", 1))
-	es.complete(time.Millisecond)
-	body, flushes, _ := rec.snapshot()
-	if flushes != 0 {
+	if _, flushes, _ := rec.snapshot(); flushes != 0 {
 		t.Errorf("%d flushes before the end", flushes)
+	}
+	es.complete(time.Millisecond)
+	body, flushes, flushed := rec.snapshot()
+	if flushes != 1 || flushed != len(body) {
+		t.Errorf("the end sent %d of %d bytes in %d flushes, want all in one", flushed, len(body), flushes)
 	}
 	if got := rec.header.Get("Content-Length"); got != strconv.Itoa(len(body)) {
 		t.Errorf("Content-Length %q for a body of %d bytes", got, len(body))
