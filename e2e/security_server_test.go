@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -428,16 +429,24 @@ func TestSecurityAccessLog(t *testing.T) {
 		t.Fatalf("download = %q", got)
 	}
 	box.secShell(t, "echo command-output-not-for-logs")
-	data, err := os.ReadFile(s.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := string(data)
-	for _, want := range []string{
+	wants := []string{
 		"level=INFO msg=request", "method=POST path=/v1/sandboxes status=202",
 		"path=/sandboxes/" + box.ID + "/proxy/44772/command status=200", "path=/sandboxes/" + box.ID + "/proxy/44772/files/download",
 		"sandbox_id=" + box.ID, "bytes=", "duration_ms=", "request_id=",
-	} {
+	}
+	// A proxied answer goes out before its line is written: wait a little.
+	var log string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(pollEvery) {
+		data, err := os.ReadFile(s.LogPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log = string(data)
+		if !slices.ContainsFunc(wants, func(w string) bool { return !strings.Contains(log, w) }) || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range wants {
 		if !strings.Contains(log, want) {
 			t.Errorf("access log lacks %q", want)
 		}
