@@ -158,16 +158,19 @@ func (w *proxyWriter) Write(p []byte) (int, error) {
 }
 
 func (w *proxyWriter) FlushError() error {
-	if w.length >= 0 && (w.written == 0 || w.written >= w.length) {
+	if w.length >= 0 && w.written == 0 || w.whole() {
 		return nil
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
+// whole reports whether a response of known length is all written.
+func (w *proxyWriter) whole() bool { return w.length >= 0 && w.written >= w.length }
+
 // finish sends a response of known length that is whole now: the
 // handler's return would send it only after the access log's write.
 func (w *proxyWriter) finish() {
-	if w.length >= 0 && w.written == w.length {
+	if w.whole() {
 		_ = http.NewResponseController(w.ResponseWriter).Flush()
 	}
 }

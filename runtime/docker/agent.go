@@ -43,8 +43,11 @@ type agentVolume struct {
 	ready bool
 }
 
+// agentVolumePrefix begins the name of every build's agent volume.
+const agentVolumePrefix = "sandboxd-agent-"
+
 func (a *agentVolume) name() string {
-	return "sandboxd-agent-" + strings.ReplaceAll(a.platform, "/", "-") + "-" + a.hash
+	return agentVolumePrefix + strings.ReplaceAll(a.platform, "/", "-") + "-" + a.hash
 }
 
 // ensure makes sure the agent volume exists and holds the binary. It needs an

@@ -197,7 +197,7 @@ func (s *agentSet) pruneStale(ctx context.Context, d *Docker) {
 	removed := 0
 	for _, v := range list.Volumes {
 		created, err := time.Parse(time.RFC3339, v.CreatedAt)
-		if ours[v.Name] || !strings.HasPrefix(v.Name, "sandboxd-agent-") || err != nil || time.Since(created) < staleAgentAge {
+		if ours[v.Name] || !strings.HasPrefix(v.Name, agentVolumePrefix) || err != nil || time.Since(created) < staleAgentAge {
 			continue
 		}
 		if err := d.cli.VolumeRemove(cctx, v.Name, false); err == nil {
