@@ -148,8 +148,8 @@ type Docker struct {
 // runtime.type is "kubernetes". The hardening keys of [docker] (capabilities, user,
 // read_only_rootfs, default_cpu/memory) apply to pods too.
 type Kubernetes struct {
-	// Kubeconfig is a kubeconfig file; "" = in-cluster config (the pod's service
-	// account), else $KUBECONFIG.
+	// Kubeconfig is a kubeconfig file; "" = $KUBECONFIG, else the in-cluster
+	// config (the pod's service account).
 	Kubeconfig string `toml:"kubeconfig_path"`
 	// Context selects a kubeconfig context; "" = the file's current one.
 	Context string `toml:"context"`

@@ -5,6 +5,16 @@
 # is non-zero if any failed.
 set -uo pipefail
 
+# Set-up installs packages and starts dockerd: as a user with sudo, the
+# script runs itself again as root.
+if [ "$(id -u)" != 0 ]; then
+	command -v sudo >/dev/null || {
+		echo "e2e/run.sh: run as root (or as a user with sudo)" >&2
+		exit 1
+	}
+	exec sudo -E bash "$0" "$@"
+fi
+
 cd "$(dirname "$0")/.." || exit 1
 
 section() { printf '\n======== %s ========\n' "$*"; }
