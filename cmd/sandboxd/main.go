@@ -32,7 +32,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/agent"
 	"github.com/sandboxd/sandboxd/runtime/docker"
-	"github.com/sandboxd/sandboxd/runtime/egress"
+	"github.com/sandboxd/sandboxd/runtime/egress/guard"
 )
 
 func main() {
@@ -56,7 +56,7 @@ func main() {
 		err = installAgent(args)
 	case "egress":
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		err = egress.Main(context.Background(), args, log)
+		err = guard.Main(context.Background(), args, log)
 	default:
 		if code, ok := cli.Run(cmd, args); ok {
 			os.Exit(code)

@@ -1,7 +1,8 @@
-// Package egress is sandboxd's egress policy: the rules of upstream's
-// networkPolicy (parsed, matched, patched) and the daemon that enforces them
-// inside a helper container owning a sandbox's network namespace (nftables
-// through netlink and a filtering DNS resolver).
+// Package egress is sandboxd's egress policy as values: the rules of
+// upstream's networkPolicy (parsed, matched, patched) and what the daemon
+// that enforces them (package guard) and sandboxd say to each other. It
+// links only the standard library: package runtime's interfaces carry its
+// types.
 package egress
 
 import (

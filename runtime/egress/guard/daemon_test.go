@@ -1,6 +1,6 @@
 //go:build linux
 
-package egress
+package guard
 
 import (
 	"encoding/json"
@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
 func TestParseUpstreams(t *testing.T) {
@@ -36,8 +38,8 @@ func TestStatsRoute(t *testing.T) {
 	d.connAllowed.Add(1)
 	w := httptest.NewRecorder()
 	d.routes().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/stats", nil))
-	var got Stats
-	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || got != (Stats{DNSDenied: 2, ConnAllowed: 1}) {
+	var got egress.Stats
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || got != (egress.Stats{DNSDenied: 2, ConnAllowed: 1}) {
 		t.Fatalf("GET /stats = %d %q (%v)", w.Code, w.Body.String(), err)
 	}
 }
@@ -53,7 +55,7 @@ func (r *dnsRecorder) WriteMsg(m *dns.Msg) error { r.msg = m; return nil }
 // TestServeAAAA: an allowed name gets no IPv6 address (the firewall keeps
 // IPv6 closed), without a query upstream; a denied one is NXDOMAIN.
 func TestServeAAAA(t *testing.T) {
-	d := &daemon{log: slog.New(slog.DiscardHandler), policy: Policy{DefaultAction: Deny, Egress: []Rule{{Action: Allow, Target: "allowed.test"}}}}
+	d := &daemon{log: slog.New(slog.DiscardHandler), policy: egress.Policy{DefaultAction: egress.Deny, Egress: []egress.Rule{{Action: egress.Allow, Target: "allowed.test"}}}}
 	for name, rcode := range map[string]int{"allowed.test.": dns.RcodeSuccess, "denied.test.": dns.RcodeNameError} {
 		q := new(dns.Msg)
 		q.SetQuestion(name, dns.TypeAAAA)

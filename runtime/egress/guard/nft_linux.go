@@ -1,4 +1,4 @@
-package egress
+package guard
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
 // Mark is the socket mark of the daemon's own upstream DNS queries: the
@@ -20,7 +22,7 @@ const tableName = "sandboxd_egress"
 
 // ruleset is everything the output chain is built from.
 type ruleset struct {
-	policy    Policy
+	policy    egress.Policy
 	upstreams []netip.Addr   // DNS to them only with Mark
 	guarded   []netip.Prefix // dropped unless an IP rule allows them
 	learned   []learnedAddr  // addresses of allowed names, with their lifetime
@@ -110,10 +112,10 @@ func (f *firewall) apply(rs ruleset) error {
 		}
 	}
 	// IP rules: deny beats allow whatever the order, as upstream.
-	for _, p := range rs.policy.Prefixes(Deny) {
+	for _, p := range rs.policy.Prefixes(egress.Deny) {
 		add(reject, daddr(p)...)
 	}
-	for _, p := range rs.policy.Prefixes(Allow) {
+	for _, p := range rs.policy.Prefixes(egress.Allow) {
 		add(accept, daddr(p)...)
 	}
 	// The host, link-local (metadata) and private ranges stay closed even
@@ -125,7 +127,7 @@ func (f *firewall) apply(rs ruleset) error {
 		&expr.Lookup{SourceRegister: 1, SetName: dyn4.Name, SetID: dyn4.ID})...)
 	add(accept, append(family(unix.NFPROTO_IPV6), &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 24, Len: 16},
 		&expr.Lookup{SourceRegister: 1, SetName: dyn6.Name, SetID: dyn6.ID})...)
-	if rs.policy.DefaultAction == Allow {
+	if rs.policy.DefaultAction == egress.Allow {
 		add(accept)
 	}
 	// New TCP to 80 and 443 goes to the peeking proxy first (IPv4, the

@@ -1,4 +1,7 @@
-package egress
+// Package guard is the egress daemon: it runs in a helper container that
+// owns a sandbox's network namespace and enforces an egress policy there
+// (nftables through netlink, a filtering DNS resolver, SNI and Host checks).
+package guard
 
 import (
 	"context"
@@ -23,6 +26,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/sandboxd/sandboxd/runtime/agent"
+	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
 // listenAddr is the resolver the sandbox is pointed at.
@@ -91,14 +95,16 @@ func guard(ctx context.Context, upstreams []netip.AddrPort) error {
 	if err := d.setPolicy(d.policy); err != nil {
 		return err
 	}
-	if _, err := fmt.Println(Ready); err != nil {
+	if _, err := fmt.Println(egress.Ready); err != nil {
 		return err
 	}
 	hold(ctx)
 	return nil
 }
 
-func denyAll() Policy { return Policy{DefaultAction: Deny, Egress: []Rule{}} }
+func denyAll() egress.Policy {
+	return egress.Policy{DefaultAction: egress.Deny, Egress: []egress.Rule{}}
+}
 
 func parseUpstreams(s string) ([]netip.AddrPort, error) {
 	if s == "" {
@@ -130,7 +136,7 @@ type daemon struct {
 	dnsAllowed, dnsDenied, connAllowed, connDenied atomic.Uint64
 
 	mu      sync.Mutex
-	policy  Policy
+	policy  egress.Policy
 	learned map[netip.Addr]learned
 }
 
@@ -194,8 +200,8 @@ func serve(ctx context.Context, upstreams []netip.AddrPort, log *slog.Logger) er
 // rewrites the file when it connects the sandbox to a network, so every
 // policy sandboxd sends points it again.
 func pointResolver() error {
-	if err := os.WriteFile(ResolvConf, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
-		return fmt.Errorf("egress: point %s at the resolver: %w", ResolvConf, err)
+	if err := os.WriteFile(egress.ResolvConf, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+		return fmt.Errorf("egress: point %s at the resolver: %w", egress.ResolvConf, err)
 	}
 	return nil
 }
@@ -254,7 +260,7 @@ func setMark(c syscall.RawConn, mark int) error {
 }
 
 // setPolicy programs p, keeping the learned addresses of names p still allows.
-func (d *daemon) setPolicy(p Policy) error {
+func (d *daemon) setPolicy(p egress.Policy) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now()
@@ -375,18 +381,18 @@ func (d *daemon) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(Stats{
+		_ = json.NewEncoder(w).Encode(egress.Stats{
 			DNSAllowed: d.dnsAllowed.Load(), DNSDenied: d.dnsDenied.Load(),
 			ConnAllowed: d.connAllowed.Load(), ConnDenied: d.connDenied.Load(),
 		})
 	})
 	mux.HandleFunc("PUT /policy", func(w http.ResponseWriter, r *http.Request) {
-		var p Policy
+		var p egress.Policy
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(&p); err != nil {
 			http.Error(w, "invalid policy: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		p, err := Normalize(p)
+		p, err := egress.Normalize(p)
 		if err != nil {
 			http.Error(w, "invalid policy: "+err.Error(), http.StatusBadRequest)
 			return
