@@ -29,7 +29,7 @@ func TestHealthReportsBuild(t *testing.T) {
 			} else {
 				rt.FailPing(nil)
 			}
-			s := &Server{health: rt, mgr: e.mgr}
+			s := &Server{health: rt, life: e.mgr}
 			s.SetBuild(tt.build)
 			rec := httptest.NewRecorder()
 			s.handleHealth(rec, httptest.NewRequest(http.MethodGet, "/health", nil))

@@ -11,7 +11,7 @@ import (
 // consoleRoutes serves the web console: its static files (public, they
 // hold no data; see authorize) and its one data route, behind the key.
 func (s *Server) consoleRoutes(r *mux.Router) {
-	r.Handle(console.ActivityPath, console.Activity(s.mgr, writeError)).Methods(http.MethodGet)
+	r.Handle(console.ActivityPath, console.Activity(s.activity, writeError)).Methods(http.MethodGet)
 	static := console.Static()
 	r.Handle(console.Prefix, static).Methods(http.MethodGet, http.MethodHead)
 	r.PathPrefix(console.Prefix+"/").Handler(static).Methods(http.MethodGet, http.MethodHead)

@@ -75,7 +75,7 @@ func (s *Server) scopedLogs(w http.ResponseWriter, r *http.Request, tail int, si
 	if !ok {
 		return
 	}
-	text, truncated, err := s.mgr.LogTail(r.Context(), mux.Vars(r)["id"], tail, since, maxDiagnosticBytes)
+	text, truncated, err := s.diagnostics.LogTail(r.Context(), mux.Vars(r)["id"], tail, since, maxDiagnosticBytes)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -97,7 +97,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	lines, err := s.mgr.Events(r.Context(), mux.Vars(r)["id"])
+	lines, err := s.diagnostics.Events(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
 		s.fail(w, r, err)
 		return

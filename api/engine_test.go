@@ -24,7 +24,7 @@ func TestEngineScopedCodes(t *testing.T) {
 	if err := mgr.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(cfg, mgr, rt, log))
+	srv := httptest.NewServer(New(cfg, backendsOf(mgr), rt, log))
 	t.Cleanup(srv.Close)
 	e := &env{srv: srv, mgr: mgr, rt: rt.Fake()}
 	wantError(t, e.do(t, http.MethodGet, "/v1/sandboxes/nope", "", nil), http.StatusNotFound, "KUBERNETES::SANDBOX_NOT_FOUND")

@@ -106,7 +106,7 @@ func newStartingEnv(t *testing.T, edit func(*config.Config)) *env {
 	rt.SetAgent(agent)
 	log := slog.New(slog.DiscardHandler)
 	mgr := newManager(t, cfg, rt, log)
-	srv := httptest.NewServer(New(cfg, mgr, rt, log))
+	srv := httptest.NewServer(New(cfg, backendsOf(mgr), rt, log))
 	t.Cleanup(srv.Close)
 	return &env{srv: srv, mgr: mgr, rt: rt, agent: agent}
 }
@@ -200,5 +200,14 @@ func wantError(t *testing.T, r response, status int, code string) {
 	}
 	if got := r.header.Get("Content-Type"); got != "application/json" {
 		t.Errorf("Content-Type = %q", got)
+	}
+}
+
+// backendsOf hands the services of m to the server, as cmd/sandboxd does.
+func backendsOf(m *lifecycle.Manager) Backends {
+	return Backends{
+		Engine: m.Engine(), Life: m, Metrics: m.Metrics(),
+		Sandboxes: m.Sandboxes, Diagnostics: m.Sandboxes, Proxy: m.Sandboxes,
+		Snapshots: m.Snapshots, Pools: m.Pools, Files: m.Files, Egress: m.Egress, Activity: m.Expiry,
 	}
 }

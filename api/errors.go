@@ -87,7 +87,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	status := kindStatus[e.Kind]
 	if status >= 500 {
-		s.log.Error("request failed", "request_id", lifecycle.RequestID(r.Context()), "path", r.URL.Path, "code", lifecycle.WireCode(e.Code, s.mgr.Engine()), "err", err)
+		s.log.Error("request failed", "request_id", lifecycle.RequestID(r.Context()), "path", r.URL.Path, "code", lifecycle.WireCode(e.Code, s.engine), "err", err)
 	}
 	s.refuse(w, r, status, e.Code, e.Message)
 }
@@ -95,7 +95,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // refuse is writeError for a lifecycle code, which may be engine-scoped
 // (lifecycle.EngineScope): it goes out with the runtime's prefix.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
-	writeError(w, r, status, lifecycle.WireCode(code, s.mgr.Engine()), msg)
+	writeError(w, r, status, lifecycle.WireCode(code, s.engine), msg)
 }
 
 // decodeJSON reads a bounded JSON body into v; it writes a 413, 415 or 422

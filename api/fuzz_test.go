@@ -42,7 +42,7 @@ func fuzzHandler(f *testing.F) (h http.Handler, allowed, outside string) {
 	if err := mgr.Reconcile(context.Background()); err != nil {
 		f.Fatal(err)
 	}
-	return New(cfg, mgr, rt, log), allowed, outside
+	return New(cfg, backendsOf(mgr), rt, log), allowed, outside
 }
 
 // fuzzServe sends one request with the API key and returns the recorder.

@@ -64,7 +64,7 @@ func TestProxyInflightCaps(t *testing.T) {
 	}
 	key := map[string]string{headerAPIKey: testKey}
 	hold(a, key)
-	hold(a, map[string]string{lifecycle.TokenHeader: e.mgr.Token(a)})
+	hold(a, map[string]string{lifecycle.TokenHeader: e.mgr.Sandboxes.Token(a)})
 
 	r := e.do(t, http.MethodGet, "/sandboxes/"+a+"/proxy/44772/ping", "", nil)
 	wantError(t, r, http.StatusTooManyRequests, codeTooManyRequests)
@@ -75,7 +75,7 @@ func TestProxyInflightCaps(t *testing.T) {
 	hold(b, key)
 	wantError(t, e.do(t, http.MethodGet, "/sandboxes/"+c+"/proxy/44772/ping", "", nil), http.StatusTooManyRequests, codeTooManyRequests)
 	for _, id := range []string{b, c} {
-		if r := e.do(t, http.MethodGet, "/sandboxes/"+id+"/proxy/44772/ping", "", map[string]string{headerAPIKey: "", lifecycle.TokenHeader: e.mgr.Token(id)}); r.status != http.StatusOK {
+		if r := e.do(t, http.MethodGet, "/sandboxes/"+id+"/proxy/44772/ping", "", map[string]string{headerAPIKey: "", lifecycle.TokenHeader: e.mgr.Sandboxes.Token(id)}); r.status != http.StatusOK {
 			t.Errorf("a token under its caps: %d %s", r.status, r.body)
 		}
 	}
@@ -142,11 +142,11 @@ func TestAccessLog(t *testing.T) {
 			cfg := config.Default()
 			cfg.Server.APIKey = testKey
 			cfg.Log.Access = on
-			srv := httptest.NewServer(New(cfg, e.mgr, e.rt, slog.New(slog.NewTextHandler(&buf, nil))))
+			srv := httptest.NewServer(New(cfg, backendsOf(e.mgr), e.rt, slog.New(slog.NewTextHandler(&buf, nil))))
 			defer srv.Close()
 			e.srv = srv
 			id := e.create(t)
-			e.do(t, http.MethodGet, "/v1/sandboxes/"+id+"/proxy/44772/files/download?path=/secret-file", "", map[string]string{lifecycle.TokenHeader: e.mgr.Token(id)})
+			e.do(t, http.MethodGet, "/v1/sandboxes/"+id+"/proxy/44772/files/download?path=/secret-file", "", map[string]string{lifecycle.TokenHeader: e.mgr.Sandboxes.Token(id)})
 			e.do(t, http.MethodGet, "/v1/sandboxes/"+id+"/proxy/8888/lab/tree/token-in-path?token=query-token", "", nil)
 			out := buf.String()
 			if !on {
@@ -163,7 +163,7 @@ func TestAccessLog(t *testing.T) {
 					t.Errorf("access log lacks %q:\n%s", want, out)
 				}
 			}
-			for _, secret := range []string{testKey, e.mgr.Token(id), "secret-file", "token-in-path", "query-token"} {
+			for _, secret := range []string{testKey, e.mgr.Sandboxes.Token(id), "secret-file", "token-in-path", "query-token"} {
 				if strings.Contains(out, secret) {
 					t.Errorf("access log holds %q:\n%s", secret, out)
 				}

@@ -149,7 +149,7 @@ func (s *Server) handleCreatePool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec.NetworkPolicy = req.NetworkPolicy
-	p, err := s.mgr.CreatePool(r.Context(), *req.Name, spec, capacity)
+	p, err := s.pools.CreatePool(r.Context(), *req.Name, spec, capacity)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -158,7 +158,7 @@ func (s *Server) handleCreatePool(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleListPools(w http.ResponseWriter, r *http.Request) {
-	items, err := s.mgr.ListPools(r.Context())
+	items, err := s.pools.ListPools(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -167,7 +167,7 @@ func (s *Server) handleListPools(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleGetPool(w http.ResponseWriter, r *http.Request) {
-	p, err := s.mgr.GetPool(r.Context(), mux.Vars(r)["name"])
+	p, err := s.pools.GetPool(r.Context(), mux.Vars(r)["name"])
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -200,7 +200,7 @@ func (s *Server) handleUpdatePool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u := lifecycle.PoolUpdate{Capacity: capacity, SetPolicy: req.NetworkPolicy.set, NetworkPolicy: req.NetworkPolicy.policy}
-	p, err := s.mgr.UpdatePool(r.Context(), mux.Vars(r)["name"], u)
+	p, err := s.pools.UpdatePool(r.Context(), mux.Vars(r)["name"], u)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -209,7 +209,7 @@ func (s *Server) handleUpdatePool(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeletePool(w http.ResponseWriter, r *http.Request) {
-	if err := s.mgr.DeletePool(r.Context(), mux.Vars(r)["name"]); err != nil {
+	if err := s.pools.DeletePool(r.Context(), mux.Vars(r)["name"]); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -43,7 +43,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request, id, portTex
 	rest := proxyRest(r.URL.EscapedPath(), portText)
 	if port == lifecycle.EgressPort {
 		// The egress API is sandboxd's own, never the sandbox's.
-		s.mgr.ServeEgress(w, r, id, rest)
+		s.egress.ServeEgress(w, r, id, rest)
 		return
 	}
 	if port == lifecycle.ExecdPort && r.ContentLength != 0 && rest != "/files/upload" && !requireJSON(w, r) {
@@ -104,7 +104,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request, id, portTex
 	rp.ServeHTTP(pw, r)
 	pw.finish()
 	if port == lifecycle.ExecdPort && rest == "/command" {
-		s.mgr.Metrics().CommandSeconds.Observe(time.Since(start))
+		s.metrics.CommandSeconds.Observe(time.Since(start))
 	}
 }
 
@@ -235,7 +235,7 @@ func (s *Server) authorizeProxy(w http.ResponseWriter, r *http.Request, id strin
 	}
 	tok := r.Header.Get(lifecycle.TokenHeader)
 	key := r.Header.Get(headerAPIKey)
-	if s.mgr.CheckToken(id, tok) {
+	if s.proxy.CheckToken(id, tok) {
 		return "token:" + id, true
 	}
 	for _, k := range []string{tok, key} {

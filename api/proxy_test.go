@@ -29,7 +29,7 @@ func TestProxyAuthorization(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.create(t)
 	other := e.create(t)
-	own, foreign := e.mgr.Token(id), e.mgr.Token(other)
+	own, foreign := e.mgr.Sandboxes.Token(id), e.mgr.Sandboxes.Token(other)
 	tests := []struct {
 		name    string
 		path    string
@@ -79,7 +79,7 @@ func TestProxyAuthorization(t *testing.T) {
 func TestProxyForwarding(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.create(t)
-	tok := e.mgr.Token(id)
+	tok := e.mgr.Sandboxes.Token(id)
 	tests := []struct {
 		name     string
 		path     string // after /sandboxes/{id}/proxy/
@@ -220,7 +220,7 @@ func TestUploadDownload(t *testing.T) {
 	e := newEnv(t, nil)
 	id := e.create(t)
 	e.stop(t, id)
-	tok := e.mgr.Token(id)
+	tok := e.mgr.Sandboxes.Token(id)
 	base := "/sandboxes/" + id + "/proxy/44772"
 	auth := map[string]string{headerAPIKey: "", lifecycle.TokenHeader: tok}
 	upload := func(parts ...[2]string) response {
@@ -444,7 +444,7 @@ func TestProxyAnswersBeforeLogging(t *testing.T) {
 	gate := logGate{answered: make(chan struct{}), logged: make(chan bool, 1)}
 	cfg := config.Default()
 	cfg.Server.APIKey = testKey
-	srv := httptest.NewServer(New(cfg, e.mgr, e.rt, slog.New(gate)))
+	srv := httptest.NewServer(New(cfg, backendsOf(e.mgr), e.rt, slog.New(gate)))
 	defer srv.Close()
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/sandboxes/"+id+"/proxy/44772/ping", nil)
 	req.Header.Set(headerAPIKey, testKey)

@@ -20,7 +20,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeJSON(w, r, &req, false) || !validCreate(w, r, req) {
 		return
 	}
-	sb, err := s.mgr.Create(r.Context(), req)
+	sb, err := s.sandboxes.Create(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -52,7 +52,7 @@ func validCreate(w http.ResponseWriter, r *http.Request, req lifecycle.CreateReq
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.mgr.Get(r.Context(), mux.Vars(r)["id"])
+	sb, err := s.sandboxes.Get(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -101,7 +101,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	items, p, err := s.mgr.List(r.Context(), lifecycle.ListFilter{States: q["state"], Metadata: md, Page: page, PageSize: size})
+	items, p, err := s.sandboxes.List(r.Context(), lifecycle.ListFilter{States: q["state"], Metadata: md, Page: page, PageSize: size})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -113,7 +113,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
-	if err := s.mgr.Delete(r.Context(), mux.Vars(r)["id"]); err != nil {
+	if err := s.sandboxes.Delete(r.Context(), mux.Vars(r)["id"]); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -125,7 +125,7 @@ func (s *Server) handlePatchMetadata(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeJSON(w, r, &patch, false) {
 		return
 	}
-	sb, err := s.mgr.PatchMetadata(r.Context(), mux.Vars(r)["id"], patch)
+	sb, err := s.sandboxes.PatchMetadata(r.Context(), mux.Vars(r)["id"], patch)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -134,7 +134,7 @@ func (s *Server) handlePatchMetadata(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
-	if err := s.mgr.Pause(r.Context(), mux.Vars(r)["id"]); err != nil {
+	if err := s.sandboxes.Pause(r.Context(), mux.Vars(r)["id"]); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -142,7 +142,7 @@ func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
-	if err := s.mgr.Resume(r.Context(), mux.Vars(r)["id"]); err != nil {
+	if err := s.sandboxes.Resume(r.Context(), mux.Vars(r)["id"]); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -176,7 +176,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		unprocessable(w, "datetime_from_date_parsing", []string{"body", "expiresAt"}, "Input should be a valid datetime")
 		return
 	}
-	exp, err := s.mgr.Renew(r.Context(), mux.Vars(r)["id"], at)
+	exp, err := s.sandboxes.Renew(r.Context(), mux.Vars(r)["id"], at)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -197,10 +197,10 @@ func (s *Server) handleEndpoint(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, http.StatusBadRequest, lifecycle.CodeInvalidParameter, "use_server_proxy and expires cannot be combined")
 			return
 		}
-		writeError(w, r, http.StatusBadRequest, lifecycle.CodeAPINotSupported, "signed endpoints (expires) are not supported by the "+s.mgr.Engine()+" runtime")
+		writeError(w, r, http.StatusBadRequest, lifecycle.CodeAPINotSupported, "signed endpoints (expires) are not supported by the "+s.engine+" runtime")
 		return
 	}
-	ep, err := s.mgr.Endpoint(r.Context(), vars["id"], port, r.Host)
+	ep, err := s.sandboxes.Endpoint(r.Context(), vars["id"], port, r.Host)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -223,7 +223,7 @@ func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request) {
 		}
 		name = *req.Name
 	}
-	snap, err := s.mgr.CreateSnapshot(r.Context(), mux.Vars(r)["id"], name)
+	snap, err := s.snapshots.CreateSnapshot(r.Context(), mux.Vars(r)["id"], name)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -238,7 +238,7 @@ func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	items, p, err := s.mgr.ListSnapshots(lifecycle.SnapshotFilter{SandboxID: q.Get("sandboxId"), States: q["state"], Page: page, PageSize: size})
+	items, p, err := s.snapshots.ListSnapshots(lifecycle.SnapshotFilter{SandboxID: q.Get("sandboxId"), States: q["state"], Page: page, PageSize: size})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -250,7 +250,7 @@ func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.mgr.GetSnapshot(mux.Vars(r)["id"])
+	snap, err := s.snapshots.GetSnapshot(mux.Vars(r)["id"])
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -259,7 +259,7 @@ func (s *Server) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	if err := s.mgr.DeleteSnapshot(r.Context(), mux.Vars(r)["id"]); err != nil {
+	if err := s.snapshots.DeleteSnapshot(r.Context(), mux.Vars(r)["id"]); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -293,7 +293,7 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		s.scopedLogs(w, r, tail, since)
 		return
 	}
-	rc, err := s.mgr.Logs(r.Context(), mux.Vars(r)["id"], tail, since)
+	rc, err := s.diagnostics.Logs(r.Context(), mux.Vars(r)["id"], tail, since)
 	if err != nil {
 		s.fail(w, r, err)
 		return

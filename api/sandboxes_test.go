@@ -254,7 +254,7 @@ func TestEndpointResponse(t *testing.T) {
 				t.Errorf("endpoint = %v, want %s", m["endpoint"], want)
 			}
 			headers, _ := m["headers"].(map[string]any)
-			if len(headers) != 1 || headers["X-EXECD-ACCESS-TOKEN"] != e.mgr.Token(id) {
+			if len(headers) != 1 || headers["X-EXECD-ACCESS-TOKEN"] != e.mgr.Sandboxes.Token(id) {
 				t.Errorf("headers = %v, want only the sandbox token", headers)
 			}
 		})

@@ -37,21 +37,36 @@ type Health interface {
 
 // Server is the HTTP face of sandboxd.
 type Server struct {
-	cfg    config.Config
-	mgr    *lifecycle.Manager
-	health Health
-	log    *slog.Logger
-	keys   [][]byte
-	router *mux.Router
-	build  Build
+	cfg         config.Config
+	engine      string
+	life        LifeBackend
+	metrics     *lifecycle.Metrics
+	sandboxes   SandboxBackend
+	diagnostics DiagnosticsBackend
+	snapshots   SnapshotBackend
+	pools       PoolBackend
+	proxy       ProxyBackend
+	files       FileBackend
+	egress      EgressBackend
+	activity    console.ActivitySource
+	health      Health
+	log         *slog.Logger
+	keys        [][]byte
+	router      *mux.Router
+	build       Build
 	// inflight caps proxied requests per sandbox and per credential.
 	inflight *inflight
 }
 
-// New builds the handler tree.
-func New(cfg config.Config, mgr *lifecycle.Manager, health Health, log *slog.Logger) *Server {
-	s := &Server{cfg: cfg, mgr: mgr, health: health, log: log, router: mux.NewRouter(),
-		inflight: newInflight(cfg.Server.MaxProxyRequestsPerSandbox, cfg.Server.MaxProxyRequestsPerToken)}
+// New builds the handler tree over the lifecycle's services.
+func New(cfg config.Config, b Backends, health Health, log *slog.Logger) *Server {
+	s := &Server{
+		cfg: cfg, engine: b.Engine, life: b.Life, metrics: b.Metrics,
+		sandboxes: b.Sandboxes, diagnostics: b.Diagnostics, snapshots: b.Snapshots, pools: b.Pools,
+		proxy: b.Proxy, files: b.Files, egress: b.Egress, activity: b.Activity,
+		health: health, log: log, router: mux.NewRouter(),
+		inflight: newInflight(cfg.Server.MaxProxyRequestsPerSandbox, cfg.Server.MaxProxyRequestsPerToken),
+	}
 	for _, k := range cfg.APIKeysAll() {
 		s.keys = append(s.keys, []byte(k))
 	}
@@ -142,7 +157,7 @@ func (s *Server) serving(w http.ResponseWriter, r *http.Request) bool {
 	if r.URL.Path == "/health" || r.URL.Path == "/metrics" || console.Public(r.URL) {
 		return true
 	}
-	err := s.mgr.Ready()
+	err := s.life.Ready()
 	if e, ok := lifecycle.AsError(err); ok {
 		w.Header().Set("Retry-After", "1")
 		s.refuse(w, r, kindStatus[e.Kind], e.Code, e.Message)
@@ -268,7 +283,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	if phase, reason := s.mgr.Phase(); phase != lifecycle.PhaseServing {
+	if phase, reason := s.life.Phase(); phase != lifecycle.PhaseServing {
 		writeJSON(w, http.StatusServiceUnavailable, s.build.add(map[string]string{"status": phase, "reason": reason}))
 		return
 	}
@@ -282,7 +297,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 // handleMetrics serves sandboxd's own metrics in Prometheus text format.
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	byState := map[string]int{}
-	items, _, err := s.mgr.List(r.Context(), lifecycle.ListFilter{Page: 1, PageSize: math.MaxInt32})
+	items, _, err := s.sandboxes.List(r.Context(), lifecycle.ListFilter{Page: 1, PageSize: math.MaxInt32})
 	if err != nil {
 		// The counters and process gauges matter most when Docker is
 		// down; only the states are unknown then.
@@ -292,8 +307,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		byState[sb.Status.State]++
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	s.mgr.Metrics().WritePrometheus(w, byState)
-	lifecycle.WriteEgressPrometheus(w, s.mgr.EgressStats(r.Context()))
+	s.metrics.WritePrometheus(w, byState)
+	lifecycle.WriteEgressPrometheus(w, s.egress.EgressStats(r.Context()))
 	writeProcessMetrics(w)
 }
 

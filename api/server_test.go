@@ -92,7 +92,7 @@ func TestAuthentication(t *testing.T) {
 			wantError(t, r, http.StatusUnauthorized, "INVALID_API_KEY")
 		})
 	}
-	if _, err := e.mgr.Get(t.Context(), id); err != nil {
+	if _, err := e.mgr.Sandboxes.Get(t.Context(), id); err != nil {
 		t.Errorf("an unauthenticated DELETE removed the sandbox: %v", err)
 	}
 

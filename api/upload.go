@@ -21,9 +21,9 @@ func (s *Server) proxyTransport(w http.ResponseWriter, r *http.Request, id strin
 	upload := r.Method == http.MethodPost && rest == "/files/upload"
 	download := (r.Method == http.MethodGet || r.Method == http.MethodHead) && rest == "/files/download"
 	if port != lifecycle.ExecdPort || !upload && !download {
-		return s.mgr.Transport(r.Context(), id)
+		return s.proxy.Transport(r.Context(), id)
 	}
-	rt, err := s.mgr.FilesTransport(r.Context(), id)
+	rt, err := s.files.FilesTransport(r.Context(), id)
 	switch {
 	case err != nil:
 		return nil, err
@@ -55,7 +55,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, id strin
 		s.refuse(w, r, http.StatusConflict, lifecycle.CodeNotRunning, "sandbox "+id+" is not running: byte ranges and line mode (offset, limit) are served only while it runs; download the whole file")
 		return
 	}
-	f, err := s.mgr.OpenFile(r.Context(), id, p)
+	f, err := s.files.OpenFile(r.Context(), id, p)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -77,7 +77,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, id strin
 // handleUpload writes an execd upload into a sandbox through rt, or into
 // a stopped sandbox (rt nil).
 func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, id string, rt http.RoundTripper) {
-	if err := s.mgr.PutUpload(r.Context(), id, r, rt); err != nil {
+	if err := s.files.PutUpload(r.Context(), id, r, rt); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -15,7 +15,7 @@ func TestUploadLargeFiles(t *testing.T) {
 	id := e.create(t)
 	e.stop(t, id)
 	base := "/sandboxes/" + id + "/proxy/44772"
-	auth := map[string]string{headerAPIKey: "", lifecycle.TokenHeader: e.mgr.Token(id)}
+	auth := map[string]string{headerAPIKey: "", lifecycle.TokenHeader: e.mgr.Sandboxes.Token(id)}
 	big1 := strings.Repeat("a1b2c3d4", (2<<20)/8+3)
 	big2 := strings.Repeat("e5f6", (3<<20)/4)
 	tests := []struct {

@@ -43,7 +43,7 @@ func newClusterEnvWith(t *testing.T, cfg config.Config) *clusterEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.now = clock.Now
+	m.d.now = clock.Now
 	return &clusterEnv{m: m, rt: rt, local: local, clock: clock}
 }
 
@@ -55,7 +55,7 @@ func (e *clusterEnv) createSandbox(t *testing.T) *Sandbox {
 	if err := e.m.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := e.m.Create(ctx, validRequest())
+	sb, err := e.m.Sandboxes.Create(ctx, validRequest())
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -87,7 +87,7 @@ func TestSecondRuntime(t *testing.T) {
 	if _, err := e.local.Sandbox(sb.ID); err == nil {
 		t.Error("the sandbox's record is in the local store")
 	}
-	if got, err := e.m.Get(ctx, sb.ID); err != nil || got.Status.State != "Running" {
+	if got, err := e.m.Sandboxes.Get(ctx, sb.ID); err != nil || got.Status.State != "Running" {
 		t.Fatalf("Get = %+v, %v", got, err)
 	}
 
@@ -97,34 +97,34 @@ func TestSecondRuntime(t *testing.T) {
 	}
 
 	// Files go through the agent; without it (stopped) there is no other way.
-	if tr, err := e.m.FilesTransport(ctx, sb.ID); err != nil || tr == nil {
+	if tr, err := e.m.Files.FilesTransport(ctx, sb.ID); err != nil || tr == nil {
 		t.Errorf("FilesTransport of a running sandbox = %v, %v; want the agent", tr, err)
 	}
 
 	// What the runtime lacks is not supported, in its own words.
-	err := e.m.Pause(ctx, sb.ID)
+	err := e.m.Sandboxes.Pause(ctx, sb.ID)
 	wantCode(t, err, KindInvalid, CodeAPINotSupported)
 	if !strings.Contains(err.Error(), "kubernetes") {
 		t.Errorf("pause error %q does not name the runtime", err)
 	}
-	wantCode(t, e.m.Resume(ctx, sb.ID), KindInvalid, CodeAPINotSupported)
-	_, err = e.m.CreateSnapshot(ctx, sb.ID, "s")
+	wantCode(t, e.m.Sandboxes.Resume(ctx, sb.ID), KindInvalid, CodeAPINotSupported)
+	_, err = e.m.Snapshots.CreateSnapshot(ctx, sb.ID, "s")
 	wantCode(t, err, KindNotImplemented, CodeSnapshotNotImpl)
 	host := validRequest()
 	host.Volumes = []Volume{{Name: "h", MountPath: "/h", Host: &HostPath{Path: t.TempDir()}}}
-	_, err = e.m.Create(ctx, host)
+	_, err = e.m.Sandboxes.Create(ctx, host)
 	wantCode(t, err, KindInvalid, CodeVolUnsupported)
-	_, err = e.m.Get(ctx, "nope")
+	_, err = e.m.Sandboxes.Get(ctx, "nope")
 	if e, _ := AsError(err); e == nil || WireCode(e.Code, "kubernetes") != "KUBERNETES::SANDBOX_NOT_FOUND" {
 		t.Errorf("unknown sandbox: %v, want KUBERNETES::SANDBOX_NOT_FOUND on the wire", err)
 	}
 
 	// Renewal and activity are written to the sandbox's record.
 	at := e.clock.Now().Add(time.Hour)
-	if _, err := e.m.Renew(ctx, sb.ID, at); err != nil {
+	if _, err := e.m.Sandboxes.Renew(ctx, sb.ID, at); err != nil {
 		t.Fatal(err)
 	}
-	e.m.persistActivity()
+	e.m.Expiry.persistActivity()
 	rec, err := StoreFor(e.rt, e.local).Sandbox(sb.ID)
 	if err != nil || rec.ExpiresAt == nil || !rec.ExpiresAt.Equal(wireTime(at)) || !rec.LastActivity.Equal(wireTime(e.clock.Now())) {
 		t.Fatalf("record after renew = %+v, %v", rec, err)
@@ -132,17 +132,17 @@ func TestSecondRuntime(t *testing.T) {
 
 	// A stopped sandbox's files have no way out without archive copy.
 	e.rt.Fake().Set(t, rec.ContainerID, func(c *runtime.Container) { c.State = runtime.StateExited })
-	_, err = e.m.FilesTransport(ctx, sb.ID)
+	_, err = e.m.Files.FilesTransport(ctx, sb.ID)
 	wantCode(t, err, KindConflict, CodeNotRunning)
 	e.rt.Fake().Set(t, rec.ContainerID, func(c *runtime.Container) { c.State = runtime.StateRunning })
 
 	// Expiry reaps it, record and all.
 	e.clock.Advance(2 * time.Hour)
-	e.m.Sweep(ctx)
+	e.m.Expiry.Sweep(ctx)
 	if e.rt.Fake().Exists(rec.ContainerID) {
 		t.Error("the expired sandbox survived the sweep")
 	}
-	if _, err := e.m.Get(ctx, sb.ID); err == nil {
+	if _, err := e.m.Sandboxes.Get(ctx, sb.ID); err == nil {
 		t.Error("the reaped sandbox is still listed")
 	}
 }
@@ -164,7 +164,7 @@ func TestFollowerServes(t *testing.T) {
 	e.m.Start()
 	t.Cleanup(func() { e.m.Shutdown(context.Background()) })
 	waitPhase(t, e.m, PhaseServing)
-	if _, err := e.m.Create(context.Background(), validRequest()); err != nil {
+	if _, err := e.m.Sandboxes.Create(context.Background(), validRequest()); err != nil {
 		t.Fatalf("a follower refused a create: %v", err)
 	}
 	select {
@@ -192,7 +192,7 @@ func TestTakeoverSparesCreatesInFlight(t *testing.T) {
 	e.rt.Fake().Hook("Agent", hold(inAgent, "Agent", agentRelease))
 	created := make(chan createResult, 1)
 	go func() {
-		sb, err := e.m.Create(context.Background(), validRequest())
+		sb, err := e.m.Sandboxes.Create(context.Background(), validRequest())
 		created <- createResult{sb, err}
 	}()
 	<-inAgent
@@ -214,7 +214,7 @@ func TestTakeoverSparesCreatesInFlight(t *testing.T) {
 	if res.err != nil {
 		t.Fatalf("the create in flight at takeover failed: %v", res.err)
 	}
-	if _, err := e.m.Get(context.Background(), res.sb.ID); err != nil {
+	if _, err := e.m.Sandboxes.Get(context.Background(), res.sb.ID); err != nil {
 		t.Fatalf("the create in flight at takeover lost its sandbox: %v", err)
 	}
 }
@@ -227,14 +227,14 @@ func TestClusterStoreConfiguredInstance(t *testing.T) {
 	cfg.Lifecycle.InstanceID = "node-a"
 	e := newClusterEnvWith(t, cfg)
 	sb := e.createSandbox(t)
-	recs, err := e.m.store.Sandboxes()
+	recs, err := e.m.d.store.Sandboxes()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(recs) != 1 || recs[0].ID != sb.ID {
 		t.Fatalf("store lists %d sandboxes, want %s", len(recs), sb.ID)
 	}
-	if id, _ := e.m.store.InstanceID(); id != "node-a" {
+	if id, _ := e.m.d.store.InstanceID(); id != "node-a" {
 		t.Errorf("store's instance %q, want node-a", id)
 	}
 }
@@ -273,11 +273,11 @@ func TestAddressPolicyOnClusterRuntime(t *testing.T) {
 	}
 	req := validRequest()
 	req.NetworkPolicy = rule(`{"action":"allow","target":"10.0.0.0/8"}`)
-	sb, err := m.Create(ctx, req)
+	sb, err := m.Sandboxes.Create(ctx, req)
 	if err != nil {
 		t.Fatalf("Create with a CIDR rule: %v", err)
 	}
-	rec, err := m.store.Sandbox(sb.ID)
+	rec, err := m.d.store.Sandbox(sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,14 +287,14 @@ func TestAddressPolicyOnClusterRuntime(t *testing.T) {
 	}
 
 	req.NetworkPolicy = rule(`{"action":"allow","target":"pypi.org"}`)
-	_, err = m.Create(ctx, req)
+	_, err = m.Sandboxes.Create(ctx, req)
 	wantCode(t, err, KindInvalid, CodeInvalidParameter)
 	if err == nil || !strings.Contains(err.Error(), "Docker runtime's egress helper") {
 		t.Errorf("domain rule: %v, want the runtime's refusal", err)
 	}
 
 	w := httptest.NewRecorder()
-	m.ServeEgress(w, httptest.NewRequest(http.MethodGet, "/policy", nil), sb.ID, "/policy")
+	m.Egress.ServeEgress(w, httptest.NewRequest(http.MethodGet, "/policy", nil), sb.ID, "/policy")
 	if w.Code != http.StatusNotImplemented {
 		t.Errorf("GET /policy = %d %q, want 501", w.Code, w.Body)
 	}
@@ -309,7 +309,7 @@ func TestReconcileLeavesAnotherReplicasCreate(t *testing.T) {
 	ctx := context.Background()
 	kept := e.createSandbox(t)
 	id := newID()
-	cid, err := e.rt.Create(ctx, runtime.Spec{Name: containerName(id), Image: "img", Labels: map[string]string{LabelID: id, LabelInstance: e.m.instance}})
+	cid, err := e.rt.Create(ctx, runtime.Spec{Name: containerName(id), Image: "img", Labels: map[string]string{LabelID: id, LabelInstance: e.m.d.instance}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,19 +320,19 @@ func TestReconcileLeavesAnotherReplicasCreate(t *testing.T) {
 	if err := e.m.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.m.Sweep(ctx)
+	e.m.Expiry.Sweep(ctx)
 	if !exists() {
 		t.Fatal("a leader's reconcile removed another replica's create in flight")
 	}
-	if _, err := e.m.Renew(ctx, kept.ID, e.clock.Now().Add(time.Hour)); err != nil {
+	if _, err := e.m.Sandboxes.Renew(ctx, kept.ID, e.clock.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(sharedCreateGrace + time.Second)
-	e.m.Sweep(ctx)
+	e.m.Expiry.Sweep(ctx)
 	if exists() {
 		t.Error("the reaper kept a container that got no record for longer than a create takes")
 	}
-	if _, err := e.m.Get(ctx, kept.ID); err != nil {
+	if _, err := e.m.Sandboxes.Get(ctx, kept.ID); err != nil {
 		t.Errorf("the reaper's clean-up touched a ready sandbox: %v", err)
 	}
 }
@@ -367,7 +367,7 @@ func TestProxyReadsARecordOncePerSandbox(t *testing.T) {
 
 	// Stopped behind sandboxd's back: the agent cannot run, as before.
 	e.rt.Fake().Set(t, rec.ContainerID, func(c *runtime.Container) { c.State = runtime.StateExited })
-	_, err = e.m.Transport(ctx, sb.ID)
+	_, err = e.m.Sandboxes.Transport(ctx, sb.ID)
 	wantCode(t, err, KindConflict, CodeNotRunning)
 	e.rt.Fake().Set(t, rec.ContainerID, func(c *runtime.Container) { c.State = runtime.StateRunning })
 	viaAgent(t, e.m, sb.ID, http.MethodPost, "/command", "true")
@@ -376,15 +376,15 @@ func TestProxyReadsARecordOncePerSandbox(t *testing.T) {
 	if err := e.rt.Remove(ctx, rec.ContainerID); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.m.Transport(ctx, sb.ID)
+	_, err = e.m.Sandboxes.Transport(ctx, sb.ID)
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 
 	// Deleted through this replica: not found.
 	sb = e.createSandbox(t)
 	viaAgent(t, e.m, sb.ID, http.MethodPost, "/command", "true")
-	if err := e.m.Delete(ctx, sb.ID); err != nil {
+	if err := e.m.Sandboxes.Delete(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.m.Transport(ctx, sb.ID)
+	_, err = e.m.Sandboxes.Transport(ctx, sb.ID)
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 }

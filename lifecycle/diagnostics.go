@@ -14,8 +14,8 @@ import (
 // LogTail returns the last tail lines of a sandbox's output (since, if not
 // zero), at most maxBytes of them, and whether there was more: older lines,
 // or the start of what is returned.
-func (m *Sandboxes) LogTail(ctx context.Context, id string, tail int, since time.Time, maxBytes int) (string, bool, error) {
-	rc, err := m.Logs(ctx, id, tail+1, since) // one more line tells whether there were more
+func (s *Sandboxes) LogTail(ctx context.Context, id string, tail int, since time.Time, maxBytes int) (string, bool, error) {
+	rc, err := s.Logs(ctx, id, tail+1, since) // one more line tells whether there were more
 	if err != nil {
 		return "", false, err
 	}
@@ -59,8 +59,8 @@ func readTail(r io.Reader, max int) ([]byte, bool, error) {
 // Events describes the state transitions the engine knows of a sandbox's
 // container (upstream's Docker "runtime" events: Docker keeps no event
 // history per container, so they are rebuilt from its state), one per line.
-func (m *Sandboxes) Events(ctx context.Context, id string) ([]string, error) {
-	_, c, err := m.ready(ctx, id)
+func (s *Sandboxes) Events(ctx context.Context, id string) ([]string, error) {
+	_, c, err := s.ready(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -89,4 +89,17 @@ func (m *Sandboxes) Events(ctx context.Context, id string) ([]string, error) {
 		lines = append(lines, "Event:      Error - "+e)
 	}
 	return lines, nil
+}
+
+// Logs returns the sandbox container's output.
+func (s *Sandboxes) Logs(ctx context.Context, id string, tail int, since time.Time) (io.ReadCloser, error) {
+	rec, _, err := s.ready(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := s.rt.Logs(ctx, rec.ContainerID, tail, since)
+	if err != nil {
+		return nil, s.engineError(err, "read logs")
+	}
+	return rc, nil
 }

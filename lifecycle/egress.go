@@ -104,11 +104,23 @@ func parsePolicy(np *NetworkPolicy) (*egress.Policy, error) {
 	return &n, nil
 }
 
-// initEgress checks [egress] default_policy.
-func (m *Manager) initEgress() error {
+// Egress is the service of egress policing: it plans how a sandbox's
+// policy is enforced, makes and starts its helper, keeps a control
+// session to its daemon, restores the daemon when it dies, and changes
+// the policy (egress_api.go).
+type Egress struct {
+	*deps
+	links         egressLinks
+	defaultPolicy *egress.Policy // [egress] default_policy
+}
+
+// newEgress returns the Egress service, having checked [egress]
+// default_policy.
+func newEgress(d *deps) (*Egress, error) {
+	m := &Egress{deps: d}
 	dp := m.cfg.Egress.DefaultPolicy
 	if dp.DefaultAction == "" && len(dp.Egress) == 0 {
-		return nil
+		return m, nil
 	}
 	p := egress.Policy{DefaultAction: dp.DefaultAction}
 	for _, r := range dp.Egress {
@@ -116,21 +128,21 @@ func (m *Manager) initEgress() error {
 	}
 	n, err := egress.Normalize(p)
 	if err != nil {
-		return fmt.Errorf("config [egress] default_policy: %w", err)
+		return nil, fmt.Errorf("config [egress] default_policy: %w", err)
 	}
 	if _, ok := m.egressRuntime(); !ok && (n.DefaultAction != egress.Deny || len(n.Egress) > 0) {
 		if err := m.checkAddressPolicy(n); err != nil {
-			return fmt.Errorf("config [egress] default_policy: %w", err)
+			return nil, fmt.Errorf("config [egress] default_policy: %w", err)
 		}
 	}
 	m.defaultPolicy = &n
-	return nil
+	return m, nil
 }
 
 // requestPolicy is a create request's policy, else the configured default.
-func (m *Manager) requestPolicy(np *NetworkPolicy) (*egress.Policy, error) {
-	if np == nil && m.defaultPolicy != nil {
-		p := *m.defaultPolicy
+func (eg *Egress) requestPolicy(np *NetworkPolicy) (*egress.Policy, error) {
+	if np == nil && eg.defaultPolicy != nil {
+		p := *eg.defaultPolicy
 		p.Egress = slices.Clone(p.Egress)
 		return &p, nil
 	}
@@ -138,15 +150,15 @@ func (m *Manager) requestPolicy(np *NetworkPolicy) (*egress.Policy, error) {
 }
 
 // egressRuntime returns the runtime's egress support, if it has any.
-func (m *Manager) egressRuntime() (runtime.Egress, bool) {
-	er, ok := m.rt.(runtime.Egress)
+func (eg *Egress) egressRuntime() (runtime.Egress, bool) {
+	er, ok := eg.rt.(runtime.Egress)
 	return er, ok
 }
 
 // checkAddressPolicy refuses pol on a runtime without egress helpers
 // unless the runtime enforces it itself (runtime.AddressPolicies).
-func (m *Manager) checkAddressPolicy(pol egress.Policy) error {
-	ap, ok := m.rt.(runtime.AddressPolicies)
+func (eg *Egress) checkAddressPolicy(pol egress.Policy) error {
+	ap, ok := eg.rt.(runtime.AddressPolicies)
 	if !ok {
 		return errf(KindInvalid, CodeInvalidParameter, "networkPolicy: this runtime enforces only {\"defaultAction\":\"deny\"} with no egress rules (a sandbox without network)")
 	}
@@ -160,16 +172,16 @@ func (m *Manager) checkAddressPolicy(pol egress.Policy) error {
 // helpers enforces deny-all as a sandbox without a network, and address
 // rules only if it can itself (runtime.AddressPolicies); the policy is not
 // the record's then, as there is no helper to push it to.
-func (m *Manager) planEgress(p *createPlan, pol *egress.Policy) error {
+func (eg *Egress) planEgress(p *createPlan, pol *egress.Policy) error {
 	if pol == nil {
 		return nil
 	}
-	if _, ok := m.egressRuntime(); !ok {
+	if _, ok := eg.egressRuntime(); !ok {
 		if pol.DefaultAction == egress.Deny && len(pol.Egress) == 0 {
 			p.spec.Network = runtime.Network{Mode: runtime.NetworkNone}
 			return nil
 		}
-		if err := m.checkAddressPolicy(*pol); err != nil {
+		if err := eg.checkAddressPolicy(*pol); err != nil {
 			return err
 		}
 		if p.spec.Network.Mode != runtime.NetworkNone {
@@ -210,27 +222,27 @@ const embeddedResolver = "127.0.0.11:53"
 // its own to rewrite): the configured ones, else the host's as Docker gives
 // them to its bridge network (found once), else Docker's embedded resolver
 // on an operator's user network.
-func (m *Manager) egressUpstreams(ctx context.Context, spec runtime.Spec) ([]string, error) {
-	if ups := m.cfg.Egress.DNSUpstream; len(ups) > 0 {
+func (eg *Egress) egressUpstreams(ctx context.Context, spec runtime.Spec) ([]string, error) {
+	if ups := eg.cfg.Egress.DNSUpstream; len(ups) > 0 {
 		return slices.Clone(ups), nil
 	}
 	if spec.Network.Mode == runtime.NetworkNamed {
 		return []string{embeddedResolver}, nil
 	}
-	m.egress.resolversMu.Lock()
-	defer m.egress.resolversMu.Unlock()
-	if m.egress.hostResolvers == nil {
-		er, _ := m.egressRuntime()
+	eg.links.resolversMu.Lock()
+	defer eg.links.resolversMu.Unlock()
+	if eg.links.hostResolvers == nil {
+		er, _ := eg.egressRuntime()
 		ups, err := er.HostResolvers(ctx, runtime.Spec{
 			Image: spec.Image, Platform: spec.Platform,
-			Labels: map[string]string{LabelEgressFor: "", LabelEgressInstance: m.instance},
+			Labels: map[string]string{LabelEgressFor: "", LabelEgressInstance: eg.instance},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("find the host's resolvers: %w", err)
 		}
-		m.egress.hostResolvers = ups
+		eg.links.hostResolvers = ups
 	}
-	return slices.Clone(m.egress.hostResolvers), nil
+	return slices.Clone(eg.links.hostResolvers), nil
 }
 
 // prepareEgress creates a policed sandbox's helper beside the create of
@@ -239,7 +251,7 @@ func (m *Manager) egressUpstreams(ctx context.Context, spec runtime.Spec) ([]str
 // created container (or "" if its create failed), waits for the helper and
 // makes the container leave its network, so that it starts with loopback
 // only and gets its interface once the firewall is in force.
-func (m *Manager) prepareEgress(ctx context.Context, p *createPlan) (detach func(cid string) error) {
+func (eg *Egress) prepareEgress(ctx context.Context, p *createPlan) (detach func(cid string) error) {
 	if p.rec.NetworkPolicy == nil {
 		return func(string) error { return nil }
 	}
@@ -252,16 +264,16 @@ func (m *Manager) prepareEgress(ctx context.Context, p *createPlan) (detach func
 	rec := p.rec // the goroutine's own copy
 	go func() {
 		var h helper
-		if h.ups, h.err = m.egressUpstreams(ctx, p.spec); h.err == nil {
+		if h.ups, h.err = eg.egressUpstreams(ctx, p.spec); h.err == nil {
 			rec.EgressUpstreams = h.ups
-			h.id, h.err = m.createHelper(ctx, &rec, p.spec.Image, p.spec.Platform)
+			h.id, h.err = eg.createHelper(ctx, &rec, p.spec.Image, p.spec.Platform)
 		}
 		created <- h
 	}()
 	return func(cid string) error {
 		var detached error
 		if cid != "" {
-			er, _ := m.egressRuntime()
+			er, _ := eg.egressRuntime()
 			detached = er.DetachNetwork(ctx, cid, p.spec.Network)
 		}
 		h := <-created
@@ -275,14 +287,14 @@ func (m *Manager) prepareEgress(ctx context.Context, p *createPlan) (detach func
 // sandbox's network beside the daemon's start, then the policy. The
 // returned function waits for it. The sandbox owns the namespace, so its
 // firewall outlives the helper.
-func (m *Manager) startEgress(ctx context.Context, p *createPlan) func() error {
+func (eg *Egress) startEgress(ctx context.Context, p *createPlan) func() error {
 	if p.rec.NetworkPolicy == nil {
 		return func() error { return nil }
 	}
 	rec := p.rec // the goroutine's own copy: the agent's start reads p.rec
 	done := make(chan error, 1)
 	go func() {
-		er, _ := m.egressRuntime()
+		er, _ := eg.egressRuntime()
 		// Never connect before the drop is in force: the interface would
 		// be unpoliced until it is.
 		if err := er.StartEgressHelper(ctx, egressName(rec.ID)); err != nil {
@@ -291,11 +303,11 @@ func (m *Manager) startEgress(ctx context.Context, p *createPlan) func() error {
 		}
 		connected := make(chan error, 1)
 		go func() { connected <- er.AttachNetwork(ctx, rec.ContainerID, p.spec.Network) }()
-		_, err := m.egressSession(ctx, &rec, m.egress.get(rec.ID))
+		_, err := eg.egressSession(ctx, &rec, eg.links.get(rec.ID))
 		// The policy comes after the network: it also points the resolver
 		// file, rewritten by Docker on connect, at the daemon.
 		if err = errors.Join(<-connected, err); err == nil {
-			_, err = m.pushPolicy(ctx, &rec, *rec.NetworkPolicy)
+			_, err = eg.pushPolicy(ctx, &rec, *rec.NetworkPolicy)
 		}
 		done <- err
 	}()
@@ -303,22 +315,22 @@ func (m *Manager) startEgress(ctx context.Context, p *createPlan) func() error {
 }
 
 // egressArgs are the daemon's arguments for rec, the guard's as well.
-func (m *Manager) egressArgs(rec *Record) []string {
+func (eg *Egress) egressArgs(rec *Record) []string {
 	ups := rec.EgressUpstreams
-	if len(m.cfg.Egress.DNSUpstream) > 0 {
-		ups = m.cfg.Egress.DNSUpstream
+	if len(eg.cfg.Egress.DNSUpstream) > 0 {
+		ups = eg.cfg.Egress.DNSUpstream
 	}
 	return []string{"--sandbox", rec.ID, "--upstream", strings.Join(ups, ",")}
 }
 
 // createHelper creates the egress helper of rec's container (by name: it
 // may not exist yet) from image.
-func (m *Manager) createHelper(ctx context.Context, rec *Record, image, platform string) (string, error) {
-	er, _ := m.egressRuntime()
+func (eg *Egress) createHelper(ctx context.Context, rec *Record, image, platform string) (string, error) {
+	er, _ := eg.egressRuntime()
 	hid, err := er.CreateEgressHelper(ctx, containerName(rec.ID), runtime.Spec{
 		Name: egressName(rec.ID), Image: image, Platform: platform,
-		Labels: map[string]string{LabelEgressFor: rec.ID, LabelEgressInstance: m.instance},
-	}, m.egressArgs(rec))
+		Labels: map[string]string{LabelEgressFor: rec.ID, LabelEgressInstance: eg.instance},
+	}, eg.egressArgs(rec))
 	if err != nil {
 		return "", fmt.Errorf("egress helper: %w", err)
 	}
@@ -327,9 +339,9 @@ func (m *Manager) createHelper(ctx context.Context, rec *Record, image, platform
 
 // pushPolicy applies pol in the sandbox's helper, starting the daemon if it
 // is not running, and returns the upstream resolvers it forwards to.
-func (m *Manager) pushPolicy(ctx context.Context, rec *Record, pol egress.Policy) ([]string, error) {
-	link := m.egress.get(rec.ID)
-	sess, err := m.egressSession(ctx, rec, link)
+func (eg *Egress) pushPolicy(ctx context.Context, rec *Record, pol egress.Policy) ([]string, error) {
+	link := eg.links.get(rec.ID)
+	sess, err := eg.egressSession(ctx, rec, link)
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +368,7 @@ func (m *Manager) pushPolicy(ctx context.Context, rec *Record, pol egress.Policy
 // egressSession returns the link's live session, starting the daemon if
 // needed, in a new helper if the old one is gone; the caller holds no lock
 // on link.
-func (m *Manager) egressSession(ctx context.Context, rec *Record, link *egressLink) (runtime.Session, error) {
+func (eg *Egress) egressSession(ctx context.Context, rec *Record, link *egressLink) (runtime.Session, error) {
 	link.mu.Lock()
 	defer link.mu.Unlock()
 	if link.sess != nil {
@@ -366,14 +378,14 @@ func (m *Manager) egressSession(ctx context.Context, rec *Record, link *egressLi
 			return link.sess, nil
 		}
 	}
-	er, ok := m.egressRuntime()
+	er, ok := eg.egressRuntime()
 	if !ok {
 		return nil, errors.New("the runtime has no egress support")
 	}
-	args := m.egressArgs(rec)
+	args := eg.egressArgs(rec)
 	sess, err := er.StartEgress(ctx, egressName(rec.ID), args)
 	if err != nil {
-		if rerr := m.replaceHelper(ctx, rec); rerr != nil {
+		if rerr := eg.replaceHelper(ctx, rec); rerr != nil {
 			return nil, fmt.Errorf("%w; %w", err, rerr)
 		}
 		if sess, err = er.StartEgress(ctx, egressName(rec.ID), args); err != nil {
@@ -381,7 +393,7 @@ func (m *Manager) egressSession(ctx context.Context, rec *Record, link *egressLi
 		}
 	}
 	link.sess = sess
-	go m.watchEgress(rec.ID, link, sess)
+	go eg.watchEgress(rec.ID, link, sess)
 	return sess, nil
 }
 
@@ -390,28 +402,28 @@ func (m *Manager) egressSession(ctx context.Context, rec *Record, link *egressLi
 // interfaces and the firewall in force when the old daemon died: it has
 // reached nothing the policy denies meanwhile, and none of its processes
 // is restarted.
-func (m *Manager) replaceHelper(ctx context.Context, rec *Record) error {
-	if h, err := m.rt.Inspect(ctx, egressName(rec.ID)); err == nil && h.State == runtime.StateRunning {
+func (eg *Egress) replaceHelper(ctx context.Context, rec *Record) error {
+	if h, err := eg.rt.Inspect(ctx, egressName(rec.ID)); err == nil && h.State == runtime.StateRunning {
 		return nil // the daemon failed in a live helper: not ours to replace
 	} else if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return err
 	}
-	sb, err := m.rt.Inspect(ctx, rec.ContainerID)
+	sb, err := eg.rt.Inspect(ctx, rec.ContainerID)
 	if err != nil {
 		return err
 	}
-	er, _ := m.egressRuntime()
+	er, _ := eg.egressRuntime()
 	if sb.State != runtime.StateRunning {
 		return fmt.Errorf("sandbox container is %s: its egress helper is replaced once it runs", sb.State)
 	}
-	if err := m.rt.Remove(ctx, egressName(rec.ID)); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if err := eg.rt.Remove(ctx, egressName(rec.ID)); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return err
 	}
 	var platform string
 	if rec.Platform != nil {
 		platform = rec.Platform.OS + "/" + rec.Platform.Arch
 	}
-	hid, err := m.createHelper(ctx, rec, sb.Image, platform)
+	hid, err := eg.createHelper(ctx, rec, sb.Image, platform)
 	if err != nil {
 		return err
 	}
@@ -419,36 +431,36 @@ func (m *Manager) replaceHelper(ctx context.Context, rec *Record) error {
 		return err
 	}
 	rec.EgressHelper = hid
-	if _, err := m.store.UpdateSandbox(rec.ID, func(r *Record) error { r.EgressHelper = hid; return nil }); err != nil {
+	if _, err := eg.store.UpdateSandbox(rec.ID, func(r *Record) error { r.EgressHelper = hid; return nil }); err != nil {
 		return err
 	}
-	m.log.Warn("egress helper was gone; replaced it", "sandbox_id", rec.ID, "container", hid)
+	eg.log.Warn("egress helper was gone; replaced it", "sandbox_id", rec.ID, "container", hid)
 	return nil
 }
 
 // reapplyPolicy pushes a sandbox's stored policy, read under the lock that
 // orders its changes, so that it never undoes a change made meanwhile.
-func (m *Manager) reapplyPolicy(ctx context.Context, id string) (bool, error) {
-	link := m.egress.get(id)
+func (eg *Egress) reapplyPolicy(ctx context.Context, id string) (bool, error) {
+	link := eg.links.get(id)
 	link.change.Lock()
 	defer link.change.Unlock()
-	rec, err := m.store.Sandbox(id)
+	rec, err := eg.store.Sandbox(id)
 	if err != nil || rec.NetworkPolicy == nil || rec.State != recordReady {
 		return false, nil // gone, or a create that fails by itself
 	}
-	_, err = m.pushPolicy(ctx, rec, *rec.NetworkPolicy)
+	_, err = eg.pushPolicy(ctx, rec, *rec.NetworkPolicy)
 	return true, err
 }
 
 // watchEgress restores the policy when the daemon dies (killed, crashed,
 // its helper gone): the firewall stays in the namespace meanwhile, so the
 // sandbox only loses name resolution and 80/443 until the daemon is back.
-func (m *Manager) watchEgress(id string, link *egressLink, sess runtime.Session) {
+func (eg *Egress) watchEgress(id string, link *egressLink, sess runtime.Session) {
 	<-sess.Done()
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 30*time.Second) {
-		m.egress.mu.Lock()
-		current := m.egress.byID[id] == link
-		m.egress.mu.Unlock()
+		eg.links.mu.Lock()
+		current := eg.links.byID[id] == link
+		eg.links.mu.Unlock()
 		link.mu.Lock()
 		replaced := link.sess != sess
 		link.mu.Unlock()
@@ -456,25 +468,25 @@ func (m *Manager) watchEgress(id string, link *egressLink, sess runtime.Session)
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		policed, err := m.reapplyPolicy(ctx, id)
+		policed, err := eg.reapplyPolicy(ctx, id)
 		cancel()
 		if !policed {
 			return
 		}
 		if err == nil {
-			m.log.Info("egress daemon restarted; policy re-applied", "sandbox_id", id)
+			eg.log.Info("egress daemon restarted; policy re-applied", "sandbox_id", id)
 			return
 		}
-		m.log.Warn("egress daemon down; sandbox has no name resolution", "sandbox_id", id, "err", err)
+		eg.log.Warn("egress daemon down; sandbox has no name resolution", "sandbox_id", id, "err", err)
 		time.Sleep(delay)
 	}
 }
 
-// sweepEgress restores, at each reaper sweep, the daemon of every policed
+// sweep restores, at each reaper sweep, the daemon of every policed
 // sandbox that has none: one whose re-application failed at start-up, or
 // whose watcher gave up.
-func (m *Manager) sweepEgress(ctx context.Context) {
-	recs, err := m.store.Sandboxes()
+func (eg *Egress) sweep(ctx context.Context) {
+	recs, err := eg.store.Sandboxes()
 	if err != nil {
 		return
 	}
@@ -484,7 +496,7 @@ func (m *Manager) sweepEgress(ctx context.Context) {
 		if rec.NetworkPolicy == nil || rec.State != recordReady {
 			continue
 		}
-		link := m.egress.get(rec.ID)
+		link := eg.links.get(rec.ID)
 		link.mu.Lock()
 		live := link.sess != nil
 		link.mu.Unlock()
@@ -496,35 +508,35 @@ func (m *Manager) sweepEgress(ctx context.Context) {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
-			if _, err := m.reapplyPolicy(ctx, rec.ID); err != nil {
-				m.log.Warn("re-apply egress policy", "sandbox_id", rec.ID, "err", err)
+			if _, err := eg.reapplyPolicy(ctx, rec.ID); err != nil {
+				eg.log.Warn("re-apply egress policy", "sandbox_id", rec.ID, "err", err)
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// restoreEgress starts the daemons of policed sandboxes after a start of
+// Restore starts the daemons of policed sandboxes after a start of
 // sandboxd (their sessions ended with the previous process) and removes
-// helpers whose sandbox is gone.
-func (m *Manager) restoreEgress(ctx context.Context) {
-	recs, err := m.store.Sandboxes()
+// helpers whose sandbox is gone. idle are the sandbox ids of the pools'
+// idle members, whose daemons their pools start.
+func (eg *Egress) Restore(ctx context.Context, idle map[string]bool) {
+	recs, err := eg.store.Sandboxes()
 	if err != nil {
 		return
 	}
-	helpers, err := m.rt.List(ctx, map[string]string{LabelEgressInstance: m.instance})
+	helpers, err := eg.rt.List(ctx, map[string]string{LabelEgressInstance: eg.instance})
 	if err != nil {
-		m.log.Warn("list egress helpers", "err", err)
+		eg.log.Warn("list egress helpers", "err", err)
 	}
-	idle := m.Pools.idleIDs() // adopted pool members: their daemon starts later
 	for _, h := range helpers {
 		id := h.Labels[LabelEgressFor]
 		if idle[id] || slices.ContainsFunc(recs, func(r *Record) bool { return r.ID == id && r.State == recordReady }) {
 			continue
 		}
-		m.log.Warn("removing egress helper of a gone sandbox", "sandbox_id", id, "container", h.ID)
-		if err := m.rt.Remove(ctx, h.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			m.log.Error("remove egress helper", "container", h.ID, "err", err)
+		eg.log.Warn("removing egress helper of a gone sandbox", "sandbox_id", id, "container", h.ID)
+		if err := eg.rt.Remove(ctx, h.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			eg.log.Error("remove egress helper", "container", h.ID, "err", err)
 		}
 	}
 	// A few at a time, in the background: until its daemon is back, a
@@ -539,20 +551,20 @@ func (m *Manager) restoreEgress(ctx context.Context) {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
-			if _, err := m.reapplyPolicy(ctx, rec.ID); err != nil {
-				m.log.Warn("re-apply egress policy", "sandbox_id", rec.ID, "err", err)
+			if _, err := eg.reapplyPolicy(ctx, rec.ID); err != nil {
+				eg.log.Warn("re-apply egress policy", "sandbox_id", rec.ID, "err", err)
 			}
 		}()
 	}
 }
 
 // removeEgress ends a sandbox's egress session and removes its helper.
-func (m *Manager) removeEgress(ctx context.Context, rec *Record) error {
-	m.egress.drop(rec.ID)
+func (eg *Egress) removeEgress(ctx context.Context, rec *Record) error {
+	eg.links.drop(rec.ID)
 	if rec.NetworkPolicy == nil {
 		return nil
 	}
-	if err := m.rt.Remove(ctx, egressName(rec.ID)); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if err := eg.rt.Remove(ctx, egressName(rec.ID)); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return err
 	}
 	return nil

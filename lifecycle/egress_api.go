@@ -21,7 +21,7 @@ const maxPolicyBody = 1 << 20
 // sandbox at path rest of its port 18080: sandboxd answers it itself, so
 // nothing in the sandbox can reach or change the policy. Errors are
 // text/plain and successes JSON, both newline-terminated, as upstream's.
-func (m *Manager) ServeEgress(w http.ResponseWriter, r *http.Request, id, rest string) {
+func (eg *Egress) ServeEgress(w http.ResponseWriter, r *http.Request, id, rest string) {
 	switch rest {
 	case "/healthz":
 		_, _ = w.Write([]byte("ok"))
@@ -31,15 +31,15 @@ func (m *Manager) ServeEgress(w http.ResponseWriter, r *http.Request, id, rest s
 		http.NotFound(w, r)
 		return
 	}
-	rec, err := m.record(id)
+	rec, err := eg.record(id)
 	if err != nil {
 		http.Error(w, "sandbox not found", http.StatusNotFound)
 		return
 	}
-	if _, ok := m.egressRuntime(); !ok {
+	if _, ok := eg.egressRuntime(); !ok {
 		// No sidecar to answer, as upstream has none on such a runtime; the
 		// policy given at create is the runtime's (a NetworkPolicy), fixed.
-		http.Error(w, "egress API not supported on the "+m.rt.Name()+" runtime: its policy is set at create only", http.StatusNotImplemented)
+		http.Error(w, "egress API not supported on the "+eg.rt.Name()+" runtime: its policy is set at create only", http.StatusNotImplemented)
 		return
 	}
 	if r.Method == http.MethodGet {
@@ -67,11 +67,11 @@ func (m *Manager) ServeEgress(w http.ResponseWriter, r *http.Request, id, rest s
 		return
 	}
 	body = bytes.TrimSpace(body)
-	link := m.egress.get(id)
+	link := eg.links.get(id)
 	// Changes of one sandbox apply in order; lookups are not held up.
 	link.change.Lock()
 	defer link.change.Unlock()
-	if rec, err = m.record(id); err != nil || rec.NetworkPolicy == nil {
+	if rec, err = eg.record(id); err != nil || rec.NetworkPolicy == nil {
 		http.Error(w, "sandbox not found", http.StatusNotFound)
 		return
 	}
@@ -81,15 +81,15 @@ func (m *Manager) ServeEgress(w http.ResponseWriter, r *http.Request, id, rest s
 		return
 	}
 	if reason != "no matching targets found" {
-		if _, err := m.pushPolicy(r.Context(), rec, next); err != nil {
+		if _, err := eg.pushPolicy(r.Context(), rec, next); err != nil {
 			http.Error(w, "failed to apply nftables policy: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
-		if _, err := m.store.UpdateSandbox(id, func(r *Record) error { r.NetworkPolicy = &next; return nil }); err != nil {
+		if _, err := eg.store.UpdateSandbox(id, func(r *Record) error { r.NetworkPolicy = &next; return nil }); err != nil {
 			http.Error(w, "failed to persist policy: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
-		m.log.InfoContext(r.Context(), "egress policy changed", "sandbox_id", id, "mode", next.Mode(), "rules", len(next.Egress))
+		eg.log.InfoContext(r.Context(), "egress policy changed", "sandbox_id", id, "mode", next.Mode(), "rules", len(next.Egress))
 	}
 	out := map[string]any{"status": "ok", "mode": next.Mode()}
 	if reason == "" || reason == "no matching targets found" {

@@ -7,10 +7,10 @@ import (
 )
 
 // egressUp reports whether sandbox id's egress daemon has a live session.
-func (m *Manager) egressUp(id string) bool {
-	m.egress.mu.Lock()
-	link := m.egress.byID[id]
-	m.egress.mu.Unlock()
+func (eg *Egress) egressUp(id string) bool {
+	eg.links.mu.Lock()
+	link := eg.links.byID[id]
+	eg.links.mu.Unlock()
 	if link == nil {
 		return false
 	}
@@ -32,23 +32,23 @@ func (m *Manager) egressUp(id string) bool {
 // for the daemon's watcher to restore it from: a member adopted after a
 // restart of sandboxd, or whose daemon died, gets it here, with the policy
 // it was made with. Its firewall held meanwhile.
-func (m *Manager) memberEgress(ctx context.Context, rec *Record, spec runtime.Spec) error {
+func (eg *Egress) memberEgress(ctx context.Context, rec *Record, spec runtime.Spec) error {
 	if rec.NetworkPolicy == nil {
 		return nil
 	}
 	if len(rec.EgressUpstreams) == 0 {
-		ups, err := m.egressUpstreams(ctx, spec)
+		ups, err := eg.egressUpstreams(ctx, spec)
 		if err != nil {
 			return err
 		}
 		rec.EgressUpstreams = ups
 	}
-	link := m.egress.get(rec.ID)
+	link := eg.links.get(rec.ID)
 	link.change.Lock() // a check and a claim may both find it down
 	defer link.change.Unlock()
-	if m.egressUp(rec.ID) {
+	if eg.egressUp(rec.ID) {
 		return nil
 	}
-	_, err := m.pushPolicy(ctx, rec, *rec.NetworkPolicy)
+	_, err := eg.pushPolicy(ctx, rec, *rec.NetworkPolicy)
 	return err
 }

@@ -20,7 +20,7 @@ func policedPoolEnv(t *testing.T) (*testEnv, *egressFake) {
 	t.Helper()
 	e := poolEnv(t)
 	f := &egressFake{Runtime: e.rt}
-	e.m.rt = f
+	e.m.d.rt = f
 	return e, f
 }
 
@@ -32,7 +32,7 @@ func (e *testEnv) restart(t *testing.T, rt runtime.Runtime) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.now = e.clock.Now
+	m.d.now = e.clock.Now
 	if err := m.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func filledPolicedPool(t *testing.T) (*testEnv, *egressFake) {
 	t.Helper()
 	e, f := policedPoolEnv(t)
 	spec := PoolSpec{Image: "busybox:latest", NetworkPolicy: allowOnly("pypi.org")}
-	if _, err := e.m.CreatePool(context.Background(), "pol", spec, PoolCapacity{BufferMax: 2, PoolMax: 2}); err != nil {
+	if _, err := e.m.Pools.CreatePool(context.Background(), "pol", spec, PoolCapacity{BufferMax: 2, PoolMax: 2}); err != nil {
 		t.Fatal(err)
 	}
 	e.fillPool(t, "pol")
@@ -82,7 +82,7 @@ func poolRefRequest(pool string) CreateRequest {
 func TestPoolPolicyMembers(t *testing.T) {
 	e, f := policedPoolEnv(t)
 	ctx := context.Background()
-	p, err := e.m.CreatePool(ctx, "pol", PoolSpec{Image: "busybox:latest", NetworkPolicy: allowOnly("PyPI.org")}, PoolCapacity{BufferMax: 2, PoolMax: 2})
+	p, err := e.m.Pools.CreatePool(ctx, "pol", PoolSpec{Image: "busybox:latest", NetworkPolicy: allowOnly("PyPI.org")}, PoolCapacity{BufferMax: 2, PoolMax: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +125,12 @@ func TestPoolPolicyMembers(t *testing.T) {
 		t.Errorf("claimed record: pool %q policy %+v upstreams %v helper %q", rec.Pool, rec.NetworkPolicy, rec.EgressUpstreams, rec.EgressHelper)
 	}
 	w := httptest.NewRecorder()
-	e.m.ServeEgress(w, httptest.NewRequest(http.MethodGet, "/policy", nil), sb.ID, "/policy")
+	e.m.Egress.ServeEgress(w, httptest.NewRequest(http.MethodGet, "/policy", nil), sb.ID, "/policy")
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"target":"pypi.org"`) {
 		t.Errorf("GET /policy of a claimed sandbox: %d %s", w.Code, w.Body)
 	}
 	w = httptest.NewRecorder()
-	e.m.ServeEgress(w, httptest.NewRequest(http.MethodPatch, "/policy", strings.NewReader(`[{"action":"allow","target":"b.com"}]`)), sb.ID, "/policy")
+	e.m.Egress.ServeEgress(w, httptest.NewRequest(http.MethodPatch, "/policy", strings.NewReader(`[{"action":"allow","target":"b.com"}]`)), sb.ID, "/policy")
 	if _, pu := f.state(); w.Code != http.StatusOK || len(pu) != len(pushed)+1 || len(pu[len(pu)-1].Egress) != 2 {
 		t.Errorf("PATCH /policy of a claimed sandbox: %d %s, pushed %+v", w.Code, w.Body, pu)
 	}
@@ -150,7 +150,7 @@ func TestPoolPolicyMembers(t *testing.T) {
 
 	// Deleting the pool removes the idle members' helpers, not the claimed'.
 	idle := e.idle("pol")
-	if err := e.m.DeletePool(ctx, "pol"); err != nil {
+	if err := e.m.Pools.DeletePool(ctx, "pol"); err != nil {
 		t.Fatal(err)
 	}
 	for _, mem := range idle {
@@ -179,11 +179,11 @@ func TestPoolPolicyIdleDaemon(t *testing.T) {
 	e.m.Pools.mu.Lock()
 	p := e.m.Pools.byName["pol"]
 	e.m.Pools.mu.Unlock()
-	e.m.checkPool(ctx, p)
+	e.m.Pools.checkPool(ctx, p)
 	if got := e.idle("pol"); len(got) != 1 || got[0].id != idle[0].id {
 		t.Fatalf("after the check: idle %v, want only %s", got, idle[0].id)
 	}
-	if !e.m.egressUp(idle[0].id) {
+	if !e.m.Egress.egressUp(idle[0].id) {
 		t.Errorf("the member whose daemon died has none after the check")
 	}
 	if e.rt.Exists(idle[1].cid) {
@@ -211,12 +211,12 @@ func TestPoolPolicyRestart(t *testing.T) {
 			t.Errorf("adopted member %s lost its helper", mem.id)
 		}
 	}
-	p, err := m.GetPool(ctx, "pol")
+	p, err := m.Pools.GetPool(ctx, "pol")
 	if err != nil || p.NetworkPolicy == nil || p.NetworkPolicy.Egress[0].Target != "pypi.org" {
 		t.Fatalf("stored pool after restart: %+v, %v", p, err)
 	}
 	starts, pushed := f.state()
-	sb, err := m.Create(ctx, poolRefRequest("pol"))
+	sb, err := m.Sandboxes.Create(ctx, poolRefRequest("pol"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestPoolPolicyRestart(t *testing.T) {
 	if !slices.Contains(before, rec.ContainerID) {
 		t.Fatalf("claimed %s, not an adopted member", rec.ContainerID)
 	}
-	if s, pu := f.state(); s != starts+1 || len(pu) != len(pushed)+1 || !m.egressUp(sb.ID) {
+	if s, pu := f.state(); s != starts+1 || len(pu) != len(pushed)+1 || !m.Egress.egressUp(sb.ID) {
 		t.Errorf("claim of an adopted member: %d daemon starts, %d pushes; want 1 and 1", s-starts, len(pu)-len(pushed))
 	}
 	if !slices.Equal(rec.EgressUpstreams, []string{"192.0.2.53:53"}) {
@@ -238,19 +238,19 @@ func TestPoolPolicyUpdate(t *testing.T) {
 	e, f := filledPolicedPool(t)
 	ctx := context.Background()
 	capacity := PoolCapacity{BufferMax: 2, PoolMax: 2}
-	created, err := e.m.GetPool(ctx, "pol")
+	created, err := e.m.Pools.GetPool(ctx, "pol")
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := e.idle("pol")
 
-	_, err = e.m.UpdatePool(ctx, "pol", PoolUpdate{Capacity: capacity, SetPolicy: true, NetworkPolicy: &NetworkPolicy{DefaultAction: "block"}})
+	_, err = e.m.Pools.UpdatePool(ctx, "pol", PoolUpdate{Capacity: capacity, SetPolicy: true, NetworkPolicy: &NetworkPolicy{DefaultAction: "block"}})
 	wantCode(t, err, KindInvalid, CodeInvalidParameter)
 	if got := e.idle("pol"); len(got) != 2 {
 		t.Errorf("a refused update removed members: %d idle", len(got))
 	}
 
-	p, err := e.m.UpdatePool(ctx, "pol", PoolUpdate{Capacity: capacity, SetPolicy: true, NetworkPolicy: allowOnly("npmjs.org")})
+	p, err := e.m.Pools.UpdatePool(ctx, "pol", PoolUpdate{Capacity: capacity, SetPolicy: true, NetworkPolicy: allowOnly("npmjs.org")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,16 +274,16 @@ func TestPoolPolicyUpdate(t *testing.T) {
 		t.Errorf("a sandbox taken after the change has %+v", rec.NetworkPolicy)
 	}
 	// Capacity alone keeps the policy; the policy survives a restart.
-	if p, err = e.m.UpdatePool(ctx, "pol", PoolUpdate{Capacity: PoolCapacity{BufferMax: 1, PoolMax: 1}}); err != nil || p.NetworkPolicy == nil {
+	if p, err = e.m.Pools.UpdatePool(ctx, "pol", PoolUpdate{Capacity: PoolCapacity{BufferMax: 1, PoolMax: 1}}); err != nil || p.NetworkPolicy == nil {
 		t.Fatalf("resize: %+v, %v", p, err)
 	}
 	m := e.restart(t, f)
-	if p, err = m.GetPool(ctx, "pol"); err != nil || p.NetworkPolicy == nil || p.NetworkPolicy.Egress[0].Target != "npmjs.org" {
+	if p, err = m.Pools.GetPool(ctx, "pol"); err != nil || p.NetworkPolicy == nil || p.NetworkPolicy.Egress[0].Target != "npmjs.org" {
 		t.Fatalf("after restart: %+v, %v", p, err)
 	}
 
 	// No policy: members without helper.
-	if p, err = m.UpdatePool(ctx, "pol", PoolUpdate{Capacity: capacity, SetPolicy: true}); err != nil || p.NetworkPolicy != nil {
+	if p, err = m.Pools.UpdatePool(ctx, "pol", PoolUpdate{Capacity: capacity, SetPolicy: true}); err != nil || p.NetworkPolicy != nil {
 		t.Fatalf("removing the policy: %+v, %v", p, err)
 	}
 	e.fillPool(t, "pol")
@@ -306,7 +306,7 @@ func TestPoolPolicyConfig(t *testing.T) {
 	m := e.restart(t, f)
 	ctx := context.Background()
 	for name, want := range map[string]string{"own": "own.test", "plain": "default.test"} {
-		p, err := m.GetPool(ctx, name)
+		p, err := m.Pools.GetPool(ctx, name)
 		if err != nil || p.NetworkPolicy == nil || p.NetworkPolicy.Egress[0].Target != want {
 			t.Errorf("pool %s shows %+v (%v), want %s allowed", name, p, err, want)
 		}
@@ -350,23 +350,23 @@ func TestPoolPolicyValidation(t *testing.T) {
 		`{"action":"allow","target":"a b"}`:   KindInvalid,
 	} {
 		np := &NetworkPolicy{Egress: []json.RawMessage{json.RawMessage(raw)}}
-		_, err := e.m.CreatePool(ctx, "p", PoolSpec{Image: "busybox:latest", NetworkPolicy: np}, capacity)
+		_, err := e.m.Pools.CreatePool(ctx, "p", PoolSpec{Image: "busybox:latest", NetworkPolicy: np}, capacity)
 		wantCode(t, err, kind, CodeInvalidParameter)
 	}
 	// A runtime without helpers enforces deny-all only, as on create.
-	e.m.rt = e.rt
-	_, err := e.m.CreatePool(ctx, "p", PoolSpec{Image: "busybox:latest", NetworkPolicy: allowOnly("a.com")}, capacity)
+	e.m.d.rt = e.rt
+	_, err := e.m.Pools.CreatePool(ctx, "p", PoolSpec{Image: "busybox:latest", NetworkPolicy: allowOnly("a.com")}, capacity)
 	wantCode(t, err, KindInvalid, CodePoolInvalid)
-	e.m.rt = f
+	e.m.d.rt = f
 
-	if _, err := e.m.CreatePool(ctx, "p", PoolSpec{Image: "busybox:latest", NetworkPolicy: allowOnly("a.com")}, capacity); err != nil {
+	if _, err := e.m.Pools.CreatePool(ctx, "p", PoolSpec{Image: "busybox:latest", NetworkPolicy: allowOnly("a.com")}, capacity); err != nil {
 		t.Fatal(err)
 	}
 	f.fail = true
 	e.m.Pools.mu.Lock()
 	p := e.m.Pools.byName["p"]
 	e.m.Pools.mu.Unlock()
-	if n := e.m.Pools.reserve(p); n != 1 || e.m.addMember(ctx, p) == nil {
+	if n := e.m.Pools.reserve(p); n != 1 || e.m.Pools.addMember(ctx, p) == nil {
 		t.Fatal("a member whose policy failed to apply was made")
 	}
 	if n := len(e.members(t, "p")); n != 0 {

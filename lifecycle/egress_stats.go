@@ -19,13 +19,13 @@ const egressStatsTimeout = 2 * time.Second
 // EgressStats asks every running egress daemon for its verdict counts, by
 // sandbox id. It starts no daemon; one that does not answer is left out
 // (its series pause; Prometheus handles the reset of a restarted one).
-func (m *Manager) EgressStats(ctx context.Context) map[string]egress.Stats {
-	m.egress.mu.Lock()
-	links := make(map[string]*egressLink, len(m.egress.byID))
-	for id, l := range m.egress.byID {
+func (eg *Egress) EgressStats(ctx context.Context) map[string]egress.Stats {
+	eg.links.mu.Lock()
+	links := make(map[string]*egressLink, len(eg.links.byID))
+	for id, l := range eg.links.byID {
 		links[id] = l
 	}
-	m.egress.mu.Unlock()
+	eg.links.mu.Unlock()
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup

@@ -209,7 +209,7 @@ func TestEgressLifecycle(t *testing.T) {
 		c.Docker.AddCapabilities = append(c.Docker.AddCapabilities, "NET_RAW", "cap_net_admin")
 	})
 	f := &egressFake{Runtime: e.rt}
-	e.m.rt = f
+	e.m.d.rt = f
 	req := validRequest()
 	req.NetworkPolicy = &NetworkPolicy{DefaultAction: "deny", Egress: []json.RawMessage{json.RawMessage(`{"action":"allow","target":"pypi.org"}`)}}
 	sb, cid := e.create(t, req)
@@ -238,7 +238,7 @@ func TestEgressLifecycle(t *testing.T) {
 		!slices.Contains(caps.Drop, "NET_RAW") || !slices.Contains(caps.Drop, "NET_ADMIN") {
 		t.Errorf("a policed sandbox keeps %v (drops %v)", caps.Add, caps.Drop)
 	}
-	if h := e.rt.Spec(t, rec.EgressHelper); h.Labels[LabelEgressFor] != sb.ID || h.Labels[LabelEgressInstance] != e.m.instance || h.Labels[LabelInstance] != "" {
+	if h := e.rt.Spec(t, rec.EgressHelper); h.Labels[LabelEgressFor] != sb.ID || h.Labels[LabelEgressInstance] != e.m.d.instance || h.Labels[LabelInstance] != "" {
 		t.Errorf("helper labels %v", h.Labels)
 	}
 	if !slices.Equal(rec.EgressUpstreams, []string{"192.0.2.53:53"}) {
@@ -250,7 +250,7 @@ func TestEgressLifecycle(t *testing.T) {
 
 	// A change goes to the daemon and the store.
 	w := httptest.NewRecorder()
-	e.m.ServeEgress(w, httptest.NewRequest(http.MethodPatch, "/policy", strings.NewReader(`[{"action":"deny","target":"pypi.org"}]`)), sb.ID, "/policy")
+	e.m.Egress.ServeEgress(w, httptest.NewRequest(http.MethodPatch, "/policy", strings.NewReader(`[{"action":"deny","target":"pypi.org"}]`)), sb.ID, "/policy")
 	if w.Code != http.StatusOK {
 		t.Fatalf("PATCH: %d %s", w.Code, w.Body)
 	}
@@ -299,7 +299,7 @@ func TestEgressLifecycle(t *testing.T) {
 		t.Errorf("%d probes for the host's resolvers, want 1", probes)
 	}
 
-	if err := e.m.Delete(context.Background(), sb.ID); err != nil {
+	if err := e.m.Sandboxes.Delete(context.Background(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	if e.rt.Exists(rec.EgressHelper) {
@@ -307,14 +307,14 @@ func TestEgressLifecycle(t *testing.T) {
 	}
 
 	// A runtime whose network stack bypasses netfilter cannot be policed.
-	e.m.defaults.base.RuntimeClass = "runsc"
-	_, err := e.m.Create(context.Background(), req)
+	e.m.d.defaults.base.RuntimeClass = "runsc"
+	_, err := e.m.Sandboxes.Create(context.Background(), req)
 	wantCode(t, err, KindInvalid, CodeInvalidParameter)
-	e.m.defaults.base.RuntimeClass = ""
+	e.m.d.defaults.base.RuntimeClass = ""
 
 	// A policy the daemon cannot apply fails the create and leaves nothing.
 	f.fail = true
-	if _, err := e.m.Create(context.Background(), req); err == nil {
+	if _, err := e.m.Sandboxes.Create(context.Background(), req); err == nil {
 		t.Fatal("create succeeded with a failing daemon")
 	}
 	if left, _ := e.rt.List(context.Background(), map[string]string{LabelEgressFor: ""}); len(left) != 0 {
@@ -327,10 +327,10 @@ func TestEgressLifecycle(t *testing.T) {
 func TestEgressNoGuardNoNetwork(t *testing.T) {
 	e := newEnv(t, nil)
 	f := &egressFake{Runtime: e.rt, noGuard: true}
-	e.m.rt = f
+	e.m.d.rt = f
 	req := validRequest()
 	req.NetworkPolicy = &NetworkPolicy{DefaultAction: "deny"}
-	if _, err := e.m.Create(context.Background(), req); err == nil {
+	if _, err := e.m.Sandboxes.Create(context.Background(), req); err == nil {
 		t.Fatal("create succeeded without the helper's default drop")
 	}
 	f.mu.Lock()
@@ -360,7 +360,7 @@ func TestEgressDefaultPolicy(t *testing.T) {
 	if err := m.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := m.Create(context.Background(), validRequest())
+	sb, err := m.Sandboxes.Create(context.Background(), validRequest())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +369,7 @@ func TestEgressDefaultPolicy(t *testing.T) {
 	}
 	req := validRequest()
 	req.NetworkPolicy = &NetworkPolicy{DefaultAction: "allow"}
-	sb, err = m.Create(context.Background(), req)
+	sb, err = m.Sandboxes.Create(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,12 +402,12 @@ func TestEgressDefaultPolicy(t *testing.T) {
 // /metrics with its id; an unpoliced sandbox has no series.
 func TestEgressStats(t *testing.T) {
 	e := newEnv(t, nil)
-	e.m.rt = &egressFake{Runtime: e.rt}
+	e.m.d.rt = &egressFake{Runtime: e.rt}
 	e.create(t, validRequest())
 	req := validRequest()
 	req.NetworkPolicy = &NetworkPolicy{DefaultAction: "deny"}
 	sb, _ := e.create(t, req)
-	stats := e.m.EgressStats(context.Background())
+	stats := e.m.Egress.EgressStats(context.Background())
 	if want := (egress.Stats{DNSAllowed: 3, DNSDenied: 2, ConnDenied: 1}); len(stats) != 1 || stats[sb.ID] != want {
 		t.Fatalf("stats %+v, want only %s: %+v", stats, sb.ID, want)
 	}
@@ -445,7 +445,7 @@ func TestEgressUpstreams(t *testing.T) {
 			cfg.Egress.DNSUpstream = c.ups
 		})
 		f := &egressFake{Runtime: e.rt}
-		e.m.rt = f
+		e.m.d.rt = f
 		req := validRequest()
 		req.NetworkPolicy = &NetworkPolicy{DefaultAction: "deny"}
 		for range 2 {
@@ -468,16 +468,16 @@ func TestEgressUpstreams(t *testing.T) {
 func TestSweepEgress(t *testing.T) {
 	e := newEnv(t, nil)
 	f := &egressFake{Runtime: e.rt}
-	e.m.rt = f
+	e.m.d.rt = f
 	req := validRequest()
 	req.NetworkPolicy = &NetworkPolicy{DefaultAction: "deny"}
 	sb, _ := e.create(t, req)
-	e.m.egress.drop(sb.ID) // as after a restart of sandboxd
-	e.m.Sweep(context.Background())
+	e.m.Egress.links.drop(sb.ID) // as after a restart of sandboxd
+	e.m.Expiry.Sweep(context.Background())
 	if starts, pushed := f.state(); starts != 2 || len(pushed) != 2 {
 		t.Errorf("after a sweep: %d daemon starts, %d pushes; want 2 and 2", starts, len(pushed))
 	}
-	e.m.Sweep(context.Background())
+	e.m.Expiry.Sweep(context.Background())
 	if starts, _ := f.state(); starts != 2 {
 		t.Errorf("a sweep restarted a live daemon: %d starts", starts)
 	}

@@ -64,7 +64,7 @@ func newEnv(t *testing.T, edit func(*config.Config)) *testEnv {
 // returns the answer's body.
 func viaAgent(t *testing.T, m *Manager, id, method, path, body string) string {
 	t.Helper()
-	tr, err := m.Transport(t.Context(), id)
+	tr, err := m.Sandboxes.Transport(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func newStartingEnv(t *testing.T, edit func(*config.Config)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.now = clock.Now
+	m.d.now = clock.Now
 	return &testEnv{m: m, rt: rt, store: store, clock: clock, cfg: cfg}
 }
 
@@ -120,7 +120,7 @@ func validRequest() CreateRequest {
 // create makes a sandbox and returns it with its container id.
 func (e *testEnv) create(t *testing.T, req CreateRequest) (*Sandbox, string) {
 	t.Helper()
-	sb, err := e.m.Create(context.Background(), req)
+	sb, err := e.m.Sandboxes.Create(context.Background(), req)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}

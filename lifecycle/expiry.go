@@ -36,7 +36,10 @@ import (
 // persisted, and reaps sandboxes past their deadline.
 type Expiry struct {
 	*deps
-	sandboxes *Sandboxes // removes what is reaped
+	// remove removes a reaped sandbox; creating reports whether a
+	// sandbox is being created (Sandboxes).
+	remove   func(ctx context.Context, rec *Record, cid string) error
+	creating func(id string) bool
 	// afterSweep runs at the end of each sweep (the egress daemons'
 	// check, egress.go).
 	afterSweep func(ctx context.Context)
@@ -47,11 +50,11 @@ type Expiry struct {
 }
 
 // forget drops a removed sandbox's activity.
-func (m *Expiry) forget(id string) {
-	m.mu.Lock()
-	delete(m.activity, id)
-	delete(m.stored, id)
-	m.mu.Unlock()
+func (x *Expiry) forget(id string) {
+	x.mu.Lock()
+	delete(x.activity, id)
+	delete(x.stored, id)
+	x.mu.Unlock()
 }
 
 // expiry is a sandbox's current deadline.
@@ -62,12 +65,12 @@ type expiry struct {
 }
 
 // expiry returns a sandbox's deadline; false if it never expires.
-func (m *Expiry) expiry(rec *Record) (expiry, bool) {
-	last := m.lastActivity(rec)
+func (x *Expiry) expiry(rec *Record) (expiry, bool) {
+	last := x.lastActivity(rec)
 	switch {
 	case rec.RenewOnAccess > 0:
 		extend := time.Duration(rec.RenewOnAccess) * time.Second
-		if max := time.Duration(m.cfg.Server.MaxSandboxTimeoutSeconds) * time.Second; max > 0 && extend > max {
+		if max := time.Duration(x.cfg.Server.MaxSandboxTimeoutSeconds) * time.Second; max > 0 && extend > max {
 			extend = max
 		}
 		if at := last.Add(extend); rec.ExpiresAt == nil || at.After(*rec.ExpiresAt) {
@@ -85,8 +88,8 @@ func (m *Expiry) expiry(rec *Record) (expiry, bool) {
 }
 
 // deadline is what expiresAt reports: nil if the sandbox never expires.
-func (m *Expiry) deadline(rec *Record) *time.Time {
-	e, ok := m.expiry(rec)
+func (x *Expiry) deadline(rec *Record) *time.Time {
+	e, ok := x.expiry(rec)
 	if !ok {
 		return nil
 	}
@@ -94,10 +97,10 @@ func (m *Expiry) deadline(rec *Record) *time.Time {
 }
 
 // lastActivity is the newest of the persisted and in-memory activity times.
-func (m *Expiry) lastActivity(rec *Record) time.Time {
-	m.mu.Lock()
-	t, ok := m.activity[rec.ID]
-	m.mu.Unlock()
+func (x *Expiry) lastActivity(rec *Record) time.Time {
+	x.mu.Lock()
+	t, ok := x.activity[rec.ID]
+	x.mu.Unlock()
 	if ok && t.After(rec.LastActivity) {
 		return t
 	}
@@ -106,20 +109,20 @@ func (m *Expiry) lastActivity(rec *Record) time.Time {
 
 // LastActivity reports when a sandbox was last used: the time its idle
 // deadlines count from.
-func (m *Expiry) LastActivity(id string) (time.Time, error) {
-	rec, err := m.sandboxes.record(id)
+func (x *Expiry) LastActivity(id string) (time.Time, error) {
+	rec, err := x.record(id)
 	if err != nil {
 		return time.Time{}, err
 	}
-	return m.lastActivity(rec), nil
+	return x.lastActivity(rec), nil
 }
 
 // Touch records activity on a sandbox (cheap: persisted by the reaper).
-func (m *Expiry) Touch(id string) {
-	now := m.now()
-	m.mu.Lock()
-	m.activity[id] = now
-	m.mu.Unlock()
+func (x *Expiry) Touch(id string) {
+	now := x.now()
+	x.mu.Lock()
+	x.activity[id] = now
+	x.mu.Unlock()
 }
 
 // persistActivity writes in-memory activity times to the store, so
@@ -128,47 +131,47 @@ func (m *Expiry) Touch(id string) {
 // took its record just before the store still finds the newer time here
 // (lastActivity reads the record first, then memory), so expiresAt never
 // moves back.
-func (m *Expiry) persistActivity() {
-	m.mu.Lock()
-	for id, t := range m.stored {
-		if m.activity[id].Equal(t) {
-			delete(m.activity, id)
+func (x *Expiry) persistActivity() {
+	x.mu.Lock()
+	for id, t := range x.stored {
+		if x.activity[id].Equal(t) {
+			delete(x.activity, id)
 		}
 	}
-	if m.stored == nil {
-		m.stored = map[string]time.Time{}
+	if x.stored == nil {
+		x.stored = map[string]time.Time{}
 	}
-	clear(m.stored)
-	pending := maps.Clone(m.activity)
-	m.mu.Unlock()
+	clear(x.stored)
+	pending := maps.Clone(x.activity)
+	x.mu.Unlock()
 	for id, t := range pending {
-		_, err := m.store.UpdateSandbox(id, func(r *Record) error {
+		_, err := x.store.UpdateSandbox(id, func(r *Record) error {
 			if t.After(r.LastActivity) {
 				r.LastActivity = t
 			}
 			return nil
 		})
 		if err != nil && !errors.Is(err, errNoRecord) {
-			m.log.Warn("persist activity", "sandbox_id", id, "err", err)
+			x.log.Warn("persist activity", "sandbox_id", id, "err", err)
 			continue // kept in memory, retried next sweep
 		}
-		m.mu.Lock()
-		m.stored[id] = t
-		m.mu.Unlock()
+		x.mu.Lock()
+		x.stored[id] = t
+		x.mu.Unlock()
 	}
 }
 
 // busy asks the sandbox's agent whether commands, sessions or terminals
 // are still running. It does not count as activity.
-func (m *Expiry) busy(ctx context.Context, rec *Record) bool {
+func (x *Expiry) busy(ctx context.Context, rec *Record) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	// A paused or stopped sandbox runs nothing; asking its agent would
 	// only wait for the timeout.
-	if c, err := m.rt.Inspect(ctx, rec.ContainerID); err != nil || c.State != runtime.StateRunning {
+	if c, err := x.rt.Inspect(ctx, rec.ContainerID); err != nil || c.State != runtime.StateRunning {
 		return false
 	}
-	rt, err := m.rt.Agent(ctx, rec.ContainerID)
+	rt, err := x.rt.Agent(ctx, rec.ContainerID)
 	if err != nil {
 		return false
 	}
@@ -189,16 +192,16 @@ func (m *Expiry) busy(ctx context.Context, rec *Record) bool {
 
 // Sweep reaps every sandbox past its deadline. One periodic sweep replaces
 // per-sandbox timers, so no expiry can be lost.
-func (m *Expiry) Sweep(ctx context.Context) {
-	m.metrics.ReaperRuns.Add(1)
-	m.persistActivity()
-	m.repairStuck(ctx)
-	recs, err := m.store.Sandboxes()
+func (x *Expiry) Sweep(ctx context.Context) {
+	x.metrics.ReaperRuns.Add(1)
+	x.persistActivity()
+	x.repairStuck(ctx)
+	recs, err := x.store.Sandboxes()
 	if err != nil {
-		m.log.Error("reaper: read records", "err", err)
+		x.log.Error("reaper: read records", "err", err)
 		return
 	}
-	now := m.now()
+	now := x.now()
 	// Sandboxes are reaped side by side, so that one the engine is slow or
 	// stuck on holds up none of the others.
 	var wg sync.WaitGroup
@@ -207,7 +210,7 @@ func (m *Expiry) Sweep(ctx context.Context) {
 		if rec.State != recordReady {
 			continue
 		}
-		if e, ok := m.expiry(rec); !ok || now.Before(e.at) {
+		if e, ok := x.expiry(rec); !ok || now.Before(e.at) {
 			continue
 		}
 		wg.Add(1)
@@ -215,13 +218,13 @@ func (m *Expiry) Sweep(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			m.reap(ctx, rec)
+			x.reap(ctx, rec)
 		}()
 	}
 	wg.Wait()
-	m.sweepUnfinished(ctx, recs)
-	if m.afterSweep != nil {
-		m.afterSweep(ctx)
+	x.sweepUnfinished(ctx, recs)
+	if x.afterSweep != nil {
+		x.afterSweep(ctx)
 	}
 }
 
@@ -230,11 +233,11 @@ func (m *Expiry) Sweep(ctx context.Context) {
 // than a create takes: one whose replica gave up or died, which Reconcile
 // left since it could have been a create in flight. recs were read
 // before the list, so a create that finishes meanwhile is still young.
-func (m *Expiry) sweepUnfinished(ctx context.Context, recs []*Record) {
-	if _, shared := m.rt.(runtime.Leadership); !shared {
+func (x *Expiry) sweepUnfinished(ctx context.Context, recs []*Record) {
+	if _, shared := x.rt.(runtime.Leadership); !shared {
 		return
 	}
-	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
+	conts, err := x.rt.List(ctx, map[string]string{LabelInstance: x.instance})
 	if err != nil {
 		return // the sweep's own calls report an engine that is down
 	}
@@ -246,12 +249,12 @@ func (m *Expiry) sweepUnfinished(ctx context.Context, recs []*Record) {
 	}
 	for _, c := range conts {
 		id := c.Labels[LabelID]
-		if ready[id] || c.Labels[LabelPool] != "" || m.sandboxes.creating(id) || m.othersCreate(c) {
+		if ready[id] || c.Labels[LabelPool] != "" || x.creating(id) || x.othersCreate(c) {
 			continue
 		}
-		m.log.Warn("reaper: removing a sandbox container whose create never finished", "sandbox_id", id, "container", runtime.ShortID(c.ID))
-		if err := m.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			m.log.Error("reaper: remove unfinished sandbox container", "container", runtime.ShortID(c.ID), "err", err)
+		x.log.Warn("reaper: removing a sandbox container whose create never finished", "sandbox_id", id, "container", runtime.ShortID(c.ID))
+		if err := x.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			x.log.Error("reaper: remove unfinished sandbox container", "container", runtime.ShortID(c.ID), "err", err)
 		}
 	}
 }
@@ -261,16 +264,16 @@ const reapParallel = 8
 
 // reap removes a sandbox whose deadline has passed, unless running work
 // moves a deadline that activity can move.
-func (m *Expiry) reap(ctx context.Context, rec *Record) {
-	e, _ := m.expiry(rec)
+func (x *Expiry) reap(ctx context.Context, rec *Record) {
+	e, _ := x.expiry(rec)
 	if e.renews {
-		if m.busy(ctx, rec) {
-			m.log.Debug("deadline reached with work running; keeping", "sandbox_id", rec.ID)
-			m.Touch(rec.ID)
+		if x.busy(ctx, rec) {
+			x.log.Debug("deadline reached with work running; keeping", "sandbox_id", rec.ID)
+			x.Touch(rec.ID)
 			return
 		}
 		// A request may have come in while the agent answered.
-		if e, _ = m.expiry(rec); m.now().Before(e.at) {
+		if e, _ = x.expiry(rec); x.now().Before(e.at) {
 			return
 		}
 	}
@@ -278,28 +281,28 @@ func (m *Expiry) reap(ctx context.Context, rec *Record) {
 	if e.idle {
 		reason = "idle"
 	}
-	if err := m.sandboxes.destroy(ctx, rec, rec.ContainerID); err != nil {
-		m.log.Error("reaper: remove sandbox", "sandbox_id", rec.ID, "reason", reason, "err", err)
+	if err := x.remove(ctx, rec, rec.ContainerID); err != nil {
+		x.log.Error("reaper: remove sandbox", "sandbox_id", rec.ID, "reason", reason, "err", err)
 		return
 	}
 	if reason == "idle" {
-		m.metrics.ReapedIdle.Add(1)
+		x.metrics.ReapedIdle.Add(1)
 	} else {
-		m.metrics.ReapedExpired.Add(1)
+		x.metrics.ReapedExpired.Add(1)
 	}
-	m.log.Info("sandbox reaped", "sandbox_id", rec.ID, "reason", reason)
+	x.log.Info("sandbox reaped", "sandbox_id", rec.ID, "reason", reason)
 }
 
 // repairStuck frees the paused sandboxes that the engine is stuck on, so
 // that they can be resumed and removed again instead of leaking. Only a
 // pause from elsewhere (another client, or a sandboxd before a restart) can
 // leave one: this one never pauses while starting a process in a sandbox.
-func (m *Expiry) repairStuck(ctx context.Context) {
-	rp, ok := m.rt.(runtime.Repairer)
+func (x *Expiry) repairStuck(ctx context.Context) {
+	rp, ok := x.rt.(runtime.Repairer)
 	if !ok {
 		return
 	}
-	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
+	conts, err := x.rt.List(ctx, map[string]string{LabelInstance: x.instance})
 	if err != nil {
 		return // the sweep's own calls report an engine that is down
 	}
@@ -310,38 +313,38 @@ func (m *Expiry) repairStuck(ctx context.Context) {
 		fixed, err := rp.Repair(ctx, c.ID)
 		switch {
 		case err != nil:
-			m.log.Error("reaper: repair paused sandbox stuck in a process start", "sandbox_id", c.Labels[LabelID], "container", c.ID, "err", err)
+			x.log.Error("reaper: repair paused sandbox stuck in a process start", "sandbox_id", c.Labels[LabelID], "container", c.ID, "err", err)
 		case fixed:
-			m.log.Warn("reaper: repaired paused sandbox stuck in a process start", "sandbox_id", c.Labels[LabelID], "container", c.ID)
+			x.log.Warn("reaper: repaired paused sandbox stuck in a process start", "sandbox_id", c.Labels[LabelID], "container", c.ID)
 		}
 	}
 }
 
 // reaperInterval is [lifecycle] reaper_interval, 5 s if unset.
-func (m *Expiry) reaperInterval() time.Duration {
-	if d := m.cfg.Lifecycle.ReaperInterval.Duration; d > 0 {
+func (x *Expiry) reaperInterval() time.Duration {
+	if d := x.cfg.Lifecycle.ReaperInterval.Duration; d > 0 {
 		return d
 	}
 	return 5 * time.Second
 }
 
-// runActivityFlush persists activity every reaper interval until ctx
+// RunActivityFlush persists activity every reaper interval until ctx
 // ends: a replica that does not lead reaps nothing but still records its
 // sandboxes' use.
-func (m *Expiry) runActivityFlush(ctx context.Context) { m.periodically(ctx, m.persistActivity) }
+func (x *Expiry) RunActivityFlush(ctx context.Context) { x.periodically(ctx, x.persistActivity) }
 
 // RunReaper sweeps every interval until ctx ends.
-func (m *Expiry) RunReaper(ctx context.Context) { m.periodically(ctx, func() { m.Sweep(ctx) }) }
+func (x *Expiry) RunReaper(ctx context.Context) { x.periodically(ctx, func() { x.Sweep(ctx) }) }
 
 // periodically runs fn every reaper interval until ctx ends, then
 // persists activity a last time.
-func (m *Expiry) periodically(ctx context.Context, fn func()) {
-	t := time.NewTicker(m.reaperInterval())
+func (x *Expiry) periodically(ctx context.Context, fn func()) {
+	t := time.NewTicker(x.reaperInterval())
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			m.persistActivity()
+			x.persistActivity()
 			return
 		case <-t.C:
 			fn()

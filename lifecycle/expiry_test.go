@@ -34,10 +34,10 @@ func TestRenewOnAccessThroughProxy(t *testing.T) {
 	}
 	for i, s := range steps {
 		e.clock.Advance(s.advance)
-		if _, err := e.m.Transport(ctx, sb.ID); err != nil {
+		if _, err := e.m.Sandboxes.Transport(ctx, sb.ID); err != nil {
 			t.Fatal(err)
 		}
-		got, err := e.m.Get(ctx, sb.ID)
+		got, err := e.m.Sandboxes.Get(ctx, sb.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,8 +56,8 @@ func TestTouchMovesIdleDeadline(t *testing.T) {
 		t.Fatalf("expiresAt = %v, want createdAt+5m", sb.ExpiresAt)
 	}
 	e.clock.Advance(3 * time.Minute)
-	e.m.Touch(sb.ID)
-	got, err := e.m.Get(context.Background(), sb.ID)
+	e.m.Expiry.Touch(sb.ID)
+	got, err := e.m.Sandboxes.Get(context.Background(), sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +78,12 @@ func TestSweepTTL(t *testing.T) {
 	manual, manualCID := e.create(t, manualReq)
 
 	e.clock.Advance(59 * time.Second)
-	e.m.Sweep(ctx)
+	e.m.Expiry.Sweep(ctx)
 	if !e.rt.Exists(expiringCID) {
 		t.Fatal("sandbox reaped before its deadline")
 	}
 	e.clock.Advance(time.Second) // exactly at the deadline
-	e.m.Sweep(ctx)
+	e.m.Expiry.Sweep(ctx)
 	if e.rt.Exists(expiringCID) {
 		t.Error("expired sandbox's container not removed")
 	}
@@ -96,7 +96,7 @@ func TestSweepTTL(t *testing.T) {
 		}
 	}
 	e.clock.Advance(24 * time.Hour)
-	e.m.Sweep(ctx)
+	e.m.Expiry.Sweep(ctx)
 	if e.rt.Exists(longCID) || !e.rt.Exists(manualCID) {
 		t.Errorf("after a day: ttl sandbox exists=%v (want false), manual exists=%v (want true)", e.rt.Exists(longCID), e.rt.Exists(manualCID))
 	}
@@ -108,7 +108,7 @@ func TestSweepSkipsCreating(t *testing.T) {
 	if err := e.store.PutSandbox(&Record{ID: "c", State: recordCreating, CreatedAt: past, ExpiresAt: &past}); err != nil {
 		t.Fatal(err)
 	}
-	e.m.Sweep(context.Background())
+	e.m.Expiry.Sweep(context.Background())
 	if _, err := e.store.Sandbox("c"); err != nil {
 		t.Errorf("Sweep touched a record still being created: %v", err)
 	}
@@ -138,18 +138,18 @@ func TestSweepIdle(t *testing.T) {
 			e.rt.SetAgent(tt.agent)
 			sb, cid := e.create(t, validRequest()) // TTL 600 s + idle 600 s: TTL is not what reaps here
 			e.clock.Advance(5 * time.Minute)
-			e.m.Sweep(context.Background())
+			e.m.Expiry.Sweep(context.Background())
 			if !e.rt.Exists(cid) {
 				t.Fatal("reaped before the idle deadline")
 			}
-			if _, err := e.m.Renew(context.Background(), sb.ID, e.clock.Now().Add(time.Hour)); err != nil {
+			if _, err := e.m.Sandboxes.Renew(context.Background(), sb.ID, e.clock.Now().Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
 			if tt.paused {
 				e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StatePaused })
 			}
 			e.clock.Advance(11 * time.Minute) // idle for at least 11 min, TTL not reached
-			e.m.Sweep(context.Background())
+			e.m.Expiry.Sweep(context.Background())
 			if got := e.rt.Exists(cid); got != tt.keep {
 				t.Fatalf("container exists = %v, want %v", got, tt.keep)
 			}
@@ -157,7 +157,7 @@ func TestSweepIdle(t *testing.T) {
 				return
 			}
 			// Busy counts as activity: the idle deadline moved to now+I.
-			got, err := e.m.Get(context.Background(), sb.ID)
+			got, err := e.m.Sandboxes.Get(context.Background(), sb.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -176,33 +176,36 @@ func TestActivity(t *testing.T) {
 		act      func(m *Manager, id string) error
 		activity bool
 	}{
-		{"transport", func(m *Manager, id string) error { _, err := m.Transport(context.Background(), id); return err }, true},
+		{"transport", func(m *Manager, id string) error {
+			_, err := m.Sandboxes.Transport(context.Background(), id)
+			return err
+		}, true},
 		{"files", func(m *Manager, id string) error {
-			_, err := m.FilesTransport(context.Background(), id)
+			_, err := m.Files.FilesTransport(context.Background(), id)
 			return err
 		}, true},
 		{"resume", func(m *Manager, id string) error {
-			if err := m.Pause(context.Background(), id); err != nil {
+			if err := m.Sandboxes.Pause(context.Background(), id); err != nil {
 				return err
 			}
-			return m.Resume(context.Background(), id)
+			return m.Sandboxes.Resume(context.Background(), id)
 		}, true},
 		{"renew", func(m *Manager, id string) error {
-			_, err := m.Renew(context.Background(), id, m.now().Add(time.Hour))
+			_, err := m.Sandboxes.Renew(context.Background(), id, m.d.now().Add(time.Hour))
 			return err
 		}, true},
-		{"get", func(m *Manager, id string) error { _, err := m.Get(context.Background(), id); return err }, false},
+		{"get", func(m *Manager, id string) error { _, err := m.Sandboxes.Get(context.Background(), id); return err }, false},
 		{"list", func(m *Manager, id string) error {
-			_, _, err := m.List(context.Background(), ListFilter{Page: 1, PageSize: 1})
+			_, _, err := m.Sandboxes.List(context.Background(), ListFilter{Page: 1, PageSize: 1})
 			return err
 		}, false},
 		{"endpoint", func(m *Manager, id string) error {
-			_, err := m.Endpoint(context.Background(), id, 44772, "h")
+			_, err := m.Sandboxes.Endpoint(context.Background(), id, 44772, "h")
 			return err
 		}, false},
-		{"pause", func(m *Manager, id string) error { return m.Pause(context.Background(), id) }, false},
+		{"pause", func(m *Manager, id string) error { return m.Sandboxes.Pause(context.Background(), id) }, false},
 		{"patch metadata", func(m *Manager, id string) error {
-			_, err := m.PatchMetadata(context.Background(), id, map[string]*string{"a": ptr("b")})
+			_, err := m.Sandboxes.PatchMetadata(context.Background(), id, map[string]*string{"a": ptr("b")})
 			return err
 		}, false},
 	}
@@ -221,12 +224,12 @@ func TestActivity(t *testing.T) {
 				idle = e.clock.Now().Add(10 * time.Minute)
 			}
 			rec, _ := e.store.Sandbox(sb.ID)
-			if got := e.m.deadline(rec); got == nil || !got.Equal(idle) {
+			if got := e.m.Expiry.deadline(rec); got == nil || !got.Equal(idle) {
 				t.Errorf("deadline = %v, want %v (activity: %v)", got, idle, tt.activity)
 			}
 			// The sweep agrees: 6 more minutes reap an idle sandbox only.
 			e.clock.Advance(6 * time.Minute)
-			e.m.Sweep(context.Background())
+			e.m.Expiry.Sweep(context.Background())
 			if got := e.rt.Exists(cid); got != tt.activity {
 				t.Errorf("container exists after the sweep = %v, want %v", got, tt.activity)
 			}
@@ -240,9 +243,9 @@ func TestPersistActivity(t *testing.T) {
 	created := e.clock.Now()
 
 	e.clock.Advance(time.Minute)
-	e.m.Touch(sb.ID)
-	e.m.Touch("unknown-sandbox")
-	e.m.persistActivity()
+	e.m.Expiry.Touch(sb.ID)
+	e.m.Expiry.Touch("unknown-sandbox")
+	e.m.Expiry.persistActivity()
 	rec, err := e.store.Sandbox(sb.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +260,7 @@ func TestPersistActivity(t *testing.T) {
 	if got := e.m.Expiry.lastActivity(&stale); !got.Equal(created.Add(time.Minute)) {
 		t.Errorf("lastActivity of a record read before the flush = %v, want %v", got, created.Add(time.Minute))
 	}
-	e.m.persistActivity()
+	e.m.Expiry.persistActivity()
 	if n := len(e.m.Expiry.activity); n != 0 {
 		t.Errorf("%d activity entries left in memory after a second flush", n)
 	}
@@ -269,15 +272,15 @@ func TestPersistActivity(t *testing.T) {
 	e.m.Expiry.mu.Lock()
 	e.m.Expiry.activity[sb.ID] = created
 	e.m.Expiry.mu.Unlock()
-	e.m.persistActivity()
+	e.m.Expiry.persistActivity()
 	if rec, _ := e.store.Sandbox(sb.ID); !rec.LastActivity.Equal(created.Add(time.Minute)) {
 		t.Errorf("lastActivity moved back to %v", rec.LastActivity)
 	}
 
 	// Sweep persists too, so activity survives a restart.
 	e.clock.Advance(time.Minute)
-	e.m.Touch(sb.ID)
-	e.m.Sweep(context.Background())
+	e.m.Expiry.Touch(sb.ID)
+	e.m.Expiry.Sweep(context.Background())
 	if rec, _ := e.store.Sandbox(sb.ID); !rec.LastActivity.Equal(e.clock.Now()) {
 		t.Errorf("Sweep did not persist activity: %v", rec.LastActivity)
 	}
@@ -287,10 +290,10 @@ func TestRunReaperStops(t *testing.T) {
 	e := newEnv(t, nil)
 	sb, _ := e.create(t, validRequest())
 	e.clock.Advance(time.Minute)
-	e.m.Touch(sb.ID)
+	e.m.Expiry.Touch(sb.ID)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	e.m.RunReaper(ctx) // returns at once, persisting activity on the way out
+	e.m.Expiry.RunReaper(ctx) // returns at once, persisting activity on the way out
 	if rec, _ := e.store.Sandbox(sb.ID); !rec.LastActivity.Equal(e.clock.Now()) {
 		t.Errorf("RunReaper did not persist activity on exit: %v", rec.LastActivity)
 	}

@@ -67,6 +67,24 @@ func cleanPath(p string) (string, error) {
 	return c, nil
 }
 
+// Files is the service of file transfers: it says which way a sandbox's
+// files move now, and moves them with the archive API when no process of
+// the sandbox can run.
+type Files struct {
+	*deps
+	sandboxes fileSandboxes
+	// spooler holds uploads into a stopped sandbox; tests count its temp
+	// files.
+	spooler agent.Spooler
+}
+
+// fileSandboxes is what Files needs of the sandboxes service.
+type fileSandboxes interface {
+	Transport(ctx context.Context, id string) (http.RoundTripper, error)
+	isPaused(id string) bool
+	ready(ctx context.Context, id string) (*Record, runtime.Container, error)
+}
+
 // FilesTransport says how files of a sandbox move. While the sandbox can
 // run processes they go through its agent, the transport returned: Docker's
 // archive API resolves paths in dockerd, where sandbox code can race it
@@ -75,17 +93,17 @@ func cleanPath(p string) (string, error) {
 // container) is the transport nil: then PutFile and OpenFile use the
 // archive API. A paused sandbox is refused: its agent is frozen, and its
 // processes run again when it is resumed. Each call counts as activity.
-func (m *Manager) FilesTransport(ctx context.Context, id string) (http.RoundTripper, error) {
-	if _, paused := m.paused.Load(id); paused {
+func (f *Files) FilesTransport(ctx context.Context, id string) (http.RoundTripper, error) {
+	if f.sandboxes.isPaused(id) {
 		return nil, errPausedFiles(id)
 	}
-	rt, err := m.Transport(ctx, id)
+	rt, err := f.sandboxes.Transport(ctx, id)
 	var e *Error
 	if err == nil || !errors.As(err, &e) || e.Code != CodeNotRunning {
 		return rt, err
 	}
 	// The agent cannot run: find out whether any process can.
-	if _, _, serr := m.stopped(ctx, id); serr != nil {
+	if _, _, serr := f.stopped(ctx, id); serr != nil {
 		return nil, serr
 	}
 	return nil, nil
@@ -98,8 +116,8 @@ func errPausedFiles(id string) error {
 // stopped returns the record of a sandbox whose container runs no process,
 // and the container, or a conflict when it can run one: the archive API is
 // used on nothing else.
-func (m *Manager) stopped(ctx context.Context, id string) (*Record, runtime.Container, error) {
-	rec, c, err := m.ready(ctx, id)
+func (f *Files) stopped(ctx context.Context, id string) (*Record, runtime.Container, error) {
+	rec, c, err := f.sandboxes.ready(ctx, id)
 	switch {
 	case err != nil:
 		return nil, c, err
@@ -108,7 +126,7 @@ func (m *Manager) stopped(ctx context.Context, id string) (*Record, runtime.Cont
 	case c.State.Active():
 		return nil, c, errf(KindConflict, CodeNotRunning, "sandbox %s is running but its agent is not: files cannot be moved", id)
 	}
-	if _, ok := m.rt.(runtime.Archive); !ok {
+	if _, ok := f.rt.(runtime.Archive); !ok {
 		return nil, c, errf(KindConflict, CodeNotRunning, "sandbox %s is not running, and this runtime moves files only through the sandbox's agent", id)
 	}
 	return rec, c, nil
@@ -116,12 +134,12 @@ func (m *Manager) stopped(ctx context.Context, id string) (*Record, runtime.Cont
 
 // archive is the runtime's archive copy; only called on a sandbox that
 // stopped returned, which checked that the runtime has it.
-func (m *Manager) archive() runtime.Archive { return m.rt.(runtime.Archive) }
+func (f *Files) archive() runtime.Archive { return f.rt.(runtime.Archive) }
 
 // PutFile writes one uploaded file into a stopped sandbox with Docker's
 // archive API (see FilesTransport). Missing parent directories are
 // created; a new file gets mode 0644, an existing file keeps its mode.
-func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content io.Reader) error {
+func (f *Files) PutFile(ctx context.Context, id string, meta FileMeta, content io.Reader) error {
 	p, err := cleanPath(meta.Path)
 	if err != nil {
 		return err
@@ -134,7 +152,7 @@ func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content
 	if err != nil {
 		return err
 	}
-	rec, _, err := m.stopped(ctx, id)
+	rec, _, err := f.stopped(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -145,34 +163,34 @@ func (m *Manager) PutFile(ctx context.Context, id string, meta FileMeta, content
 	streamed = streamed && announced.Size > spoolInMemory
 	body, spooled := content.(*agent.Spooled)
 	if !spooled && !streamed {
-		if body, err = m.spooler.Spool(content, spoolInMemory); err != nil {
+		if body, err = f.spooler.Spool(content, spoolInMemory); err != nil {
 			return &Error{Kind: KindInvalid, Code: CodeInvalidFile, Message: "read upload of " + p, Err: err}
 		}
 		defer body.Close()
 	}
-	dir, missing, err := m.existingAncestor(ctx, rec.ContainerID, path.Dir(p))
+	dir, missing, err := f.existingAncestor(ctx, rec.ContainerID, path.Dir(p))
 	if err != nil {
 		return err
 	}
 	if mode == 0 {
 		// Only a regular file's mode is kept: a symlink's is 0777.
 		mode = 0o644
-		if st, err := m.archive().StatPath(ctx, rec.ContainerID, p); err == nil && st.Mode.IsRegular() {
+		if st, err := f.archive().StatPath(ctx, rec.ContainerID, p); err == nil && st.Mode.IsRegular() {
 			mode = st.Mode.Perm()
 		}
 	}
 	t := archiveTarget{cid: rec.ContainerID, dir: dir, missing: missing, name: path.Base(p), mode: mode, uid: uid, gid: gid}
 	if streamed {
-		err = m.putAnnounced(ctx, t, announced)
+		err = f.putAnnounced(ctx, t, announced)
 	} else {
-		err = m.putArchive(ctx, t, body.Size, body)
+		err = f.putArchive(ctx, t, body.Size, body)
 	}
 	var bad *bodyError
 	if errors.As(err, &bad) {
 		return &Error{Kind: KindInvalid, Code: CodeInvalidFile, Message: "read upload of " + p, Err: bad.err}
 	}
 	if err != nil {
-		return m.fileError(err, p)
+		return f.fileError(err, p)
 	}
 	return nil
 }
@@ -212,7 +230,7 @@ type archiveTarget struct {
 // tar, read by the Docker client straight from body: no pipe, no copying
 // goroutine. A failure to read body, or a body of another size, is
 // returned over Docker's error, which is only its consequence.
-func (m *Manager) putArchive(ctx context.Context, t archiveTarget, size int64, body io.Reader) error {
+func (f *Files) putArchive(ctx context.Context, t archiveTarget, size int64, body io.Reader) error {
 	head, err := tarHead(t, size)
 	if err != nil {
 		return err
@@ -221,7 +239,7 @@ func (m *Manager) putArchive(ctx context.Context, t archiveTarget, size int64, b
 	// The file's data is padded to a whole block, then two zero blocks end
 	// the archive.
 	tail := make([]byte, (tarBlock-size%tarBlock)%tarBlock+2*tarBlock)
-	err = m.archive().PutArchive(ctx, t.cid, t.dir, io.MultiReader(bytes.NewReader(head), src, bytes.NewReader(tail)))
+	err = f.archive().PutArchive(ctx, t.cid, t.dir, io.MultiReader(bytes.NewReader(head), src, bytes.NewReader(tail)))
 	if src.err != nil {
 		return src.err
 	}
@@ -239,13 +257,13 @@ type Announced struct {
 
 // putAnnounced streams an announced upload, falling back to spooling it
 // when the announcement was wrong.
-func (m *Manager) putAnnounced(ctx context.Context, t archiveTarget, a *Announced) error {
-	copied, err := m.spooler.File()
+func (f *Files) putAnnounced(ctx context.Context, t archiveTarget, a *Announced) error {
+	copied, err := f.spooler.File()
 	if err != nil {
 		return err
 	}
 	defer copied.Close()
-	err = m.putArchive(ctx, t, a.Size, io.TeeReader(fullReader{a.Reader}, copied))
+	err = f.putArchive(ctx, t, a.Size, io.TeeReader(fullReader{a.Reader}, copied))
 	if !errors.Is(err, errSizeMismatch) {
 		return err
 	}
@@ -256,7 +274,7 @@ func (m *Manager) putAnnounced(ctx context.Context, t archiveTarget, a *Announce
 	if err := copied.Rewind(); err != nil {
 		return err
 	}
-	return m.putArchive(ctx, t, copied.Size, copied)
+	return f.putArchive(ctx, t, copied.Size, copied)
 }
 
 // fullReader fills every read it can: a multipart part yields a few KiB
@@ -352,10 +370,10 @@ func tarHead(t archiveTarget, size int64) ([]byte, error) {
 
 // existingAncestor returns the deepest existing directory above dir and the
 // path components below it that must be created.
-func (m *Manager) existingAncestor(ctx context.Context, cid, dir string) (string, []string, error) {
+func (f *Files) existingAncestor(ctx context.Context, cid, dir string) (string, []string, error) {
 	var missing []string
 	for {
-		st, err := m.archive().StatPath(ctx, cid, dir)
+		st, err := f.archive().StatPath(ctx, cid, dir)
 		if err == nil {
 			if !st.IsDir && st.Mode&os.ModeSymlink == 0 {
 				return "", nil, errf(KindInvalid, CodeInvalidFileMeta, "%s exists and is not a directory", dir)
@@ -363,7 +381,7 @@ func (m *Manager) existingAncestor(ctx context.Context, cid, dir string) (string
 			return dir, missing, nil
 		}
 		if !errors.Is(err, runtime.ErrNotFound) {
-			return "", nil, m.fileError(err, dir)
+			return "", nil, f.fileError(err, dir)
 		}
 		missing = append([]string{path.Base(dir)}, missing...)
 		dir = path.Dir(dir)
@@ -374,12 +392,12 @@ func (m *Manager) existingAncestor(ctx context.Context, cid, dir string) (string
 }
 
 // fileError maps an archive failure on path p.
-func (m *Manager) fileError(err error, p string) error {
+func (f *Files) fileError(err error, p string) error {
 	if errors.Is(err, runtime.ErrNotFound) {
 		return errf(KindNotFound, CodeFileNotFound, "file not found: %s", p)
 	}
 	if errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, runtime.ErrContainerTimeout) {
-		return m.engineError(err, "file transfer "+p)
+		return f.engineError(err, "file transfer "+p)
 	}
 	if errors.Is(err, runtime.ErrConflict) {
 		// A pause, resume or delete cut the transfer short.
@@ -403,19 +421,19 @@ func (f *File) Close() error { return f.closer.Close() }
 // OpenFile streams one regular file out of a stopped sandbox through the
 // archive API (see FilesTransport), following symlinks. A directory is a
 // clean 400, a missing path 404.
-func (m *Manager) OpenFile(ctx context.Context, id, p string) (*File, error) {
+func (f *Files) OpenFile(ctx context.Context, id, p string) (*File, error) {
 	if !strings.HasPrefix(p, "/") || strings.Contains(p, "\x00") {
 		return nil, errf(KindInvalid, CodeInvalidFile, "path %q must be absolute", p)
 	}
 	p = path.Clean(p)
-	rec, _, err := m.stopped(ctx, id)
+	rec, _, err := f.stopped(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	for hops := 0; hops < 16; hops++ {
-		rc, st, err := m.archive().GetArchive(ctx, rec.ContainerID, p)
+		rc, st, err := f.archive().GetArchive(ctx, rec.ContainerID, p)
 		if err != nil {
-			return nil, m.fileError(err, p)
+			return nil, f.fileError(err, p)
 		}
 		if st.IsDir {
 			rc.Close()
@@ -425,7 +443,7 @@ func (m *Manager) OpenFile(ctx context.Context, id, p string) (*File, error) {
 		hdr, err := tr.Next()
 		if err != nil {
 			rc.Close()
-			return nil, m.fileError(err, p)
+			return nil, f.fileError(err, p)
 		}
 		switch hdr.Typeflag {
 		case tar.TypeReg:

@@ -56,37 +56,37 @@ func TestFilesTransport(t *testing.T) {
 	sb, cid := e.create(t, validRequest())
 	ctx := context.Background()
 
-	if rt, err := e.m.FilesTransport(ctx, sb.ID); err != nil || rt == nil {
+	if rt, err := e.m.Files.FilesTransport(ctx, sb.ID); err != nil || rt == nil {
 		t.Fatalf("running: FilesTransport = %v, %v; want the agent", rt, err)
 	}
 	puts := e.rt.Puts()
-	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/f"}, strings.NewReader("x")), KindConflict, CodeNotRunning)
+	wantCode(t, e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/f"}, strings.NewReader("x")), KindConflict, CodeNotRunning)
 	wantCode(t, openErr(e.m, sb.ID, "/etc/hostname"), KindConflict, CodeNotRunning)
 	if e.rt.Puts() != puts {
 		t.Error("an archive write reached a running sandbox")
 	}
 
-	if err := e.m.Pause(ctx, sb.ID); err != nil {
+	if err := e.m.Sandboxes.Pause(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.m.FilesTransport(ctx, sb.ID)
+	_, err := e.m.Files.FilesTransport(ctx, sb.ID)
 	wantCode(t, err, KindConflict, CodeNotRunning)
-	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/f"}, strings.NewReader("x")), KindConflict, CodeNotRunning)
-	if err := e.m.Resume(ctx, sb.ID); err != nil {
+	wantCode(t, e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/f"}, strings.NewReader("x")), KindConflict, CodeNotRunning)
+	if err := e.m.Sandboxes.Resume(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if rt, err := e.m.FilesTransport(ctx, sb.ID); err != nil || rt == nil {
+	if rt, err := e.m.Files.FilesTransport(ctx, sb.ID); err != nil || rt == nil {
 		t.Fatalf("resumed: FilesTransport = %v, %v; want the agent", rt, err)
 	}
 
 	stopSandbox(t, e, cid)
-	if rt, err := e.m.FilesTransport(ctx, sb.ID); err != nil || rt != nil {
+	if rt, err := e.m.Files.FilesTransport(ctx, sb.ID); err != nil || rt != nil {
 		t.Fatalf("stopped: FilesTransport = %v, %v; want the archive API (nil, nil)", rt, err)
 	}
 	// Names mean something only inside the sandbox; numeric ids go into
 	// the tar header.
-	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/f", Owner: ptr("alice")}, strings.NewReader("x")), KindConflict, CodeNotRunning)
-	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/f", Owner: ptr("1000")}, strings.NewReader("x")); err != nil {
+	wantCode(t, e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/f", Owner: ptr("alice")}, strings.NewReader("x")), KindConflict, CodeNotRunning)
+	if err := e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/f", Owner: ptr("1000")}, strings.NewReader("x")); err != nil {
 		t.Fatal(err)
 	}
 	if e.rt.Puts() != puts+1 {
@@ -98,7 +98,7 @@ func TestFilesTransport(t *testing.T) {
 	req.Extensions = map[string]string{ExtReadOnlyRootfs: "true"}
 	ro, rocid := e.create(t, req)
 	stopSandbox(t, e, rocid)
-	wantCode(t, e.m.PutFile(ctx, ro.ID, FileMeta{Path: "/f"}, strings.NewReader("x")), KindConflict, CodeNotRunning)
+	wantCode(t, e.m.Files.PutFile(ctx, ro.ID, FileMeta{Path: "/f"}, strings.NewReader("x")), KindConflict, CodeNotRunning)
 }
 
 func TestPutFileOpenFile(t *testing.T) {
@@ -108,7 +108,7 @@ func TestPutFileOpenFile(t *testing.T) {
 	ctx := context.Background()
 
 	// Upload into a directory that does not exist yet: parents are created.
-	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/a/b.txt", Mode: 600}, strings.NewReader("hello")); err != nil {
+	if err := e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/work/a/b.txt", Mode: 600}, strings.NewReader("hello")); err != nil {
 		t.Fatalf("PutFile: %v", err)
 	}
 	for _, d := range []string{"/work", "/work/a"} {
@@ -122,13 +122,13 @@ func TestPutFileOpenFile(t *testing.T) {
 
 	// Mode 0 keeps an existing file's mode; a new file gets 0644.
 	e.rt.PutFile(t, cid, "/work/run.sh", runtimetest.File{Data: []byte("old"), Mode: 0o755})
-	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/run.sh"}, strings.NewReader("new")); err != nil {
+	if err := e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/work/run.sh"}, strings.NewReader("new")); err != nil {
 		t.Fatal(err)
 	}
 	if fl, _ := e.rt.File(cid, "/work/run.sh"); fl.Mode != 0o755 || string(fl.Data) != "new" {
 		t.Errorf("overwritten file mode %o data %q, want 0755 new", fl.Mode, fl.Data)
 	}
-	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/new.txt"}, strings.NewReader("")); err != nil {
+	if err := e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/work/new.txt"}, strings.NewReader("")); err != nil {
 		t.Fatal(err)
 	}
 	if fl, _ := e.rt.File(cid, "/work/new.txt"); fl.Mode != 0o644 {
@@ -138,7 +138,7 @@ func TestPutFileOpenFile(t *testing.T) {
 	e.rt.PutFile(t, cid, "/work/link", runtimetest.File{Link: "a/b.txt"})
 	e.rt.PutFile(t, cid, "/loop", runtimetest.File{Link: "/loop"})
 	for _, p := range []string{"/work/a/b.txt", "/work/link", "/work/./a/../a/b.txt"} {
-		f, err := e.m.OpenFile(ctx, sb.ID, p)
+		f, err := e.m.Files.OpenFile(ctx, sb.ID, p)
 		if err != nil {
 			t.Fatalf("OpenFile(%s): %v", p, err)
 		}
@@ -155,11 +155,11 @@ func TestPutFileOpenFile(t *testing.T) {
 		kind Kind
 		code string
 	}{
-		{"put relative", e.m.PutFile(ctx, sb.ID, FileMeta{Path: "rel.txt"}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
-		{"put root", e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/"}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
-		{"put bad mode", e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/x", Mode: 999}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
-		{"put under a file", e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/a/b.txt/c"}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
-		{"put unknown sandbox", e.m.PutFile(ctx, "nope", FileMeta{Path: "/x"}, strings.NewReader("")), KindNotFound, CodeSandboxNotFound},
+		{"put relative", e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "rel.txt"}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
+		{"put root", e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/"}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
+		{"put bad mode", e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/x", Mode: 999}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
+		{"put under a file", e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/work/a/b.txt/c"}, strings.NewReader("")), KindInvalid, CodeInvalidFileMeta},
+		{"put unknown sandbox", e.m.Files.PutFile(ctx, "nope", FileMeta{Path: "/x"}, strings.NewReader("")), KindNotFound, CodeSandboxNotFound},
 		{"open missing", openErr(e.m, sb.ID, "/missing"), KindNotFound, CodeFileNotFound},
 		{"open directory", openErr(e.m, sb.ID, "/work"), KindInvalid, CodeInvalidFile},
 		{"open relative", openErr(e.m, sb.ID, "work"), KindInvalid, CodeInvalidFile},
@@ -171,7 +171,7 @@ func TestPutFileOpenFile(t *testing.T) {
 }
 
 func openErr(m *Manager, id, p string) error {
-	f, err := m.OpenFile(context.Background(), id, p)
+	f, err := m.Files.OpenFile(context.Background(), id, p)
 	if err == nil {
 		f.Close()
 	}
@@ -215,7 +215,7 @@ func TestPutFileAnnounced(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := e.rt.Puts()
 			a := &Announced{Reader: bytes.NewReader(data), Size: tt.announced}
-			if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/big.bin"}, a); err != nil {
+			if err := e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/work/big.bin"}, a); err != nil {
 				t.Fatalf("PutFile: %v", err)
 			}
 			if fl, ok := e.rt.File(cid, "/work/big.bin"); !ok || !bytes.Equal(fl.Data, data) {
@@ -229,7 +229,7 @@ func TestPutFileAnnounced(t *testing.T) {
 
 	// A client that goes away mid-upload is a bad upload, not a runtime error.
 	broken := &Announced{Reader: &failingReader{data: data[:1<<20], err: io.ErrUnexpectedEOF}, Size: size}
-	wantCode(t, e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/work/broken.bin"}, broken), KindInvalid, CodeInvalidFile)
+	wantCode(t, e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/work/broken.bin"}, broken), KindInvalid, CodeInvalidFile)
 	if made, left := spools(); made != len(tests)+1 || left != 0 {
 		t.Errorf("%d spool files made, %d left behind; want %d, none left", made, left, len(tests)+1)
 	}
@@ -241,7 +241,7 @@ func TestPutFileAnnounced(t *testing.T) {
 func spoolFiles(t *testing.T, m *Manager) func() (made, left int) {
 	dir := t.TempDir()
 	var files []*os.File
-	m.spooler = agent.Spooler{Dir: dir, CreateTemp: func(dir, pattern string) (*os.File, error) {
+	m.Files.spooler = agent.Spooler{Dir: dir, CreateTemp: func(dir, pattern string) (*os.File, error) {
 		f, err := os.CreateTemp(dir, pattern)
 		if err == nil {
 			files = append(files, f)

@@ -63,10 +63,10 @@ func TestExpiryRules(t *testing.T) {
 			}
 			if tt.touch != 0 {
 				e.clock.t = t0.Add(tt.touch)
-				e.m.Touch(rec.ID)
+				e.m.Expiry.Touch(rec.ID)
 			}
-			got, ok := e.m.expiry(&rec)
-			d := e.m.deadline(&rec)
+			got, ok := e.m.Expiry.expiry(&rec)
+			d := e.m.Expiry.deadline(&rec)
 			if tt.want == never {
 				if ok || d != nil {
 					t.Fatalf("expiry = %+v, %v; deadline = %v; want none", got, ok, d)
@@ -226,32 +226,32 @@ func TestExpiryScenarios(t *testing.T) {
 				var err error
 				switch s.op {
 				case opProxy:
-					_, err = e.m.Transport(ctx, sb.ID)
+					_, err = e.m.Sandboxes.Transport(ctx, sb.ID)
 				case opHousekeeping:
-					if _, err = e.m.Get(ctx, sb.ID); err == nil {
-						if _, _, err = e.m.List(ctx, ListFilter{Page: 1, PageSize: 10}); err == nil {
-							if _, err = e.m.Endpoint(ctx, sb.ID, ExecdPort, "localhost"); err == nil {
+					if _, err = e.m.Sandboxes.Get(ctx, sb.ID); err == nil {
+						if _, _, err = e.m.Sandboxes.List(ctx, ListFilter{Page: 1, PageSize: 10}); err == nil {
+							if _, err = e.m.Sandboxes.Endpoint(ctx, sb.ID, ExecdPort, "localhost"); err == nil {
 								err = e.m.Reconcile(ctx)
 							}
 						}
 					}
 				case opRenew:
-					renewed, err = e.m.Renew(ctx, sb.ID, e.clock.Now().Add(s.arg))
+					renewed, err = e.m.Sandboxes.Renew(ctx, sb.ID, e.clock.Now().Add(s.arg))
 				case opSweepBusy:
 					e.rt.SetAgent(agent(1))
-					e.m.Sweep(ctx)
+					e.m.Expiry.Sweep(ctx)
 				case opSweep:
-					e.m.Sweep(ctx)
+					e.m.Expiry.Sweep(ctx)
 				case opCrash:
 					if e.m, err = New(e.cfg, e.rt, e.store, slog.New(slog.DiscardHandler)); err == nil {
-						e.m.now = e.clock.Now
+						e.m.d.now = e.clock.Now
 						err = e.m.Reconcile(ctx)
 					}
 				}
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
-				got, err := e.m.Get(ctx, sb.ID)
+				got, err := e.m.Sandboxes.Get(ctx, sb.ID)
 				switch {
 				case s.want == gone:
 					if e.rt.Exists(cid) || !isNotFound(err) {
@@ -287,11 +287,11 @@ func TestSweepSeesLateActivity(t *testing.T) {
 		e.clock.Advance(2 * time.Minute)
 		e.rt.SetAgent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if late {
-				e.m.Touch(sb.ID)
+				e.m.Expiry.Touch(sb.ID)
 			}
 			_, _ = io.WriteString(w, `{"running":0}`)
 		}))
-		e.m.Sweep(context.Background())
+		e.m.Expiry.Sweep(context.Background())
 		if got := e.rt.Exists(cid); got != late {
 			t.Errorf("request during the busy check = %v: container exists = %v, want %v", late, got, late)
 		}

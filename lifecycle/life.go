@@ -41,9 +41,9 @@ type life struct {
 // Phase reports where the Manager is in its life, and why it does not
 // serve yet or any more ("" while serving).
 func (m *Manager) Phase() (phase, reason string) {
-	m.life.mu.Lock()
-	defer m.life.mu.Unlock()
-	return m.life.state()
+	m.d.life.mu.Lock()
+	defer m.d.life.mu.Unlock()
+	return m.d.life.state()
 }
 
 // state is Phase; the caller holds mu.
@@ -85,10 +85,10 @@ func (l *life) begin() (done func(), err error) {
 
 // served marks the end of the first reconcile.
 func (m *Manager) served() {
-	m.life.mu.Lock()
-	defer m.life.mu.Unlock()
-	if m.life.phase == PhaseStarting {
-		m.life.phase = PhaseServing
+	m.d.life.mu.Lock()
+	defer m.d.life.mu.Unlock()
+	if m.d.life.phase == PhaseStarting {
+		m.d.life.phase = PhaseServing
 	}
 }
 
@@ -103,11 +103,11 @@ func (m *Manager) served() {
 // from the shared records).
 func (m *Manager) Start() {
 	ctx, stop := context.WithCancel(context.Background())
-	m.life.mu.Lock()
-	m.life.stop, m.life.done = stop, make(chan struct{})
-	done := m.life.done
-	m.life.mu.Unlock()
-	leader, shared := m.rt.(runtime.Leadership)
+	m.d.life.mu.Lock()
+	m.d.life.stop, m.d.life.done = stop, make(chan struct{})
+	done := m.d.life.done
+	m.d.life.mu.Unlock()
+	leader, shared := m.d.rt.(runtime.Leadership)
 	go func() {
 		defer close(done)
 		if !shared {
@@ -116,19 +116,19 @@ func (m *Manager) Start() {
 		}
 		m.served()
 		var flush sync.WaitGroup
-		flush.Go(func() { m.runActivityFlush(ctx) })
+		flush.Go(func() { m.Expiry.RunActivityFlush(ctx) })
 		defer flush.Wait()
 		for {
 			lctx, err := leader.Lead(ctx)
 			if err != nil {
 				return // ctx ended
 			}
-			m.log.Info("leading: reconciling, reaping and filling pools")
+			m.d.log.Info("leading: reconciling, reaping and filling pools")
 			m.lead(lctx)
 			if ctx.Err() != nil {
 				return
 			}
-			m.log.Warn("leadership lost; waiting to lead again")
+			m.d.log.Warn("leadership lost; waiting to lead again")
 		}
 	}()
 }
@@ -142,48 +142,36 @@ func (m *Manager) lead(ctx context.Context) {
 		if err == nil {
 			break
 		}
-		m.log.Error("reconcile with the engine failed; retrying", "in", m.life.retry, "err", err)
+		m.d.log.Error("reconcile with the engine failed; retrying", "in", m.d.life.retry, "err", err)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(m.life.retry):
+		case <-time.After(m.d.life.retry):
 		}
 	}
 	var pools sync.WaitGroup
-	pools.Go(func() { m.RunPools(ctx) })
-	m.RunReaper(ctx)
+	pools.Go(func() { m.Pools.RunPools(ctx) })
+	m.Expiry.RunReaper(ctx)
 	pools.Wait()
 }
-
-// othersCreate reports whether container c, which has no ready record, may
-// be another replica's create in flight: on a runtime shared by replicas,
-// a sandbox's container exists before its record is written to it.
-func (d *deps) othersCreate(c runtime.Container) bool {
-	_, shared := d.rt.(runtime.Leadership)
-	return shared && d.now().Sub(c.Created) < sharedCreateGrace
-}
-
-// sharedCreateGrace is how long a replica's create may take, image pull
-// included, before a leader counts its container as left behind.
-const sharedCreateGrace = 10 * time.Minute
 
 // Shutdown stops the Manager: it refuses new work, waits for the creates
 // and snapshot commits in flight, stops the pool fillers and the reaper
 // (which persists activity last), then closes the store and the engine
 // client. If ctx ends first it closes them anyway and returns ctx's error.
 func (m *Manager) Shutdown(ctx context.Context) error {
-	m.life.mu.Lock()
-	if m.life.phase == PhaseStopping {
-		m.life.mu.Unlock()
+	m.d.life.mu.Lock()
+	if m.d.life.phase == PhaseStopping {
+		m.d.life.mu.Unlock()
 		return nil
 	}
-	m.life.phase = PhaseStopping
-	stop, done := m.life.stop, m.life.done
-	m.life.mu.Unlock()
+	m.d.life.phase = PhaseStopping
+	stop, done := m.d.life.stop, m.d.life.done
+	m.d.life.mu.Unlock()
 
 	work := make(chan struct{})
 	go func() {
-		m.life.work.Wait()
+		m.d.life.work.Wait()
 		close(work)
 	}()
 	var late error
@@ -201,75 +189,33 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		}
 	}
 	if late != nil {
-		m.log.Warn("shutdown deadline passed; closing the store and the engine client under work in flight", "err", late)
+		m.d.log.Warn("shutdown deadline passed; closing the store and the engine client under work in flight", "err", late)
 	}
-	err := errors.Join(m.store.Close(), m.rt.Close())
+	err := errors.Join(m.d.store.Close(), m.d.rt.Close())
 	if late != nil {
 		return errors.Join(ctx.Err(), err)
 	}
 	return err
 }
 
-// Reconcile brings the books in line with the engine after a start: it removes
-// half-created sandboxes and containers of this instance that have no
-// record, forgets records whose container is gone, settles interrupted
-// snapshots, then reaps what expired while sandboxd was down. It first
-// creates sandboxd's network if that is the one in use. The first
-// that succeeds makes the Manager serve (see life.go).
+// Reconcile brings the books in line with the engine after a start: it
+// creates sandboxd's network if that is the one in use, hands the pools
+// their members, removes half-created sandboxes and forgets those whose
+// container is gone, settles interrupted snapshots, restores the egress
+// daemons, then reaps what expired while sandboxd was down. The first
+// that succeeds makes the Manager serve.
 func (m *Manager) Reconcile(ctx context.Context) error {
-	if err := m.ensureNetwork(ctx); err != nil {
+	if err := m.d.ensureNetwork(ctx); err != nil {
 		return err
 	}
-	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
-	if err != nil {
-		return m.engineError(err, "list containers")
-	}
-	recs, err := m.store.Sandboxes()
+	adopted, err := m.Sandboxes.Reconcile(ctx, m.Pools.Adopt)
 	if err != nil {
 		return err
 	}
-	byID := map[string]*Record{}
-	for _, r := range recs {
-		byID[r.ID] = r
-	}
-	seen := map[string]bool{}
-	adopted := 0
-	for _, c := range conts {
-		id := c.Labels[LabelID]
-		rec := byID[id]
-		if rec == nil && m.adoptPoolMember(ctx, c) {
-			continue
-		}
-		if m.creating(id) {
-			continue // a create in flight (a replica that leads later)
-		}
-		if rec == nil || rec.State != recordReady {
-			if m.othersCreate(c) {
-				seen[id] = true // the reaper removes it if it never gets ready
-				continue
-			}
-			m.log.Warn("removing half-created sandbox container", "sandbox_id", id, "container", runtime.ShortID(c.ID))
-			if err := m.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-				m.log.Error("remove half-created container", "container", runtime.ShortID(c.ID), "err", err)
-			}
-			continue
-		}
-		seen[id] = true
-		adopted++
-	}
-	for _, r := range recs {
-		if seen[r.ID] || m.creating(r.ID) {
-			continue
-		}
-		if r.State == recordReady {
-			m.log.Warn("sandbox container gone while sandboxd was down; forgetting it", "sandbox_id", r.ID)
-		}
-		_ = m.destroy(ctx, r, r.ContainerID)
-	}
-	m.reconcileSnapshots(ctx)
-	m.restoreEgress(ctx)
-	m.log.Info("reconciled with the engine", "adopted", adopted)
-	m.Sweep(ctx)
+	m.Snapshots.Reconcile(ctx)
+	m.Egress.Restore(ctx, m.Pools.IdleIDs())
+	m.d.log.Info("reconciled with the engine", "adopted", adopted)
+	m.Expiry.Sweep(ctx)
 	m.served()
 	return nil
 }

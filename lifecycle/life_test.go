@@ -71,7 +71,7 @@ func TestCreateDuringStartupReconcile(t *testing.T) {
 	e.rt.Hook("Agent", hold(inAgent, "Agent", agentRelease))
 	created := make(chan createResult, 1)
 	go func() {
-		sb, err := e.m.Create(ctx, validRequest())
+		sb, err := e.m.Sandboxes.Create(ctx, validRequest())
 		created <- createResult{sb, err}
 	}()
 	var res *createResult
@@ -95,7 +95,7 @@ func TestCreateDuringStartupReconcile(t *testing.T) {
 		if recs, _ := e.store.Sandboxes(); len(recs) != 0 {
 			t.Errorf("a refused create left %d records", len(recs))
 		}
-	} else if _, err := e.m.Get(ctx, res.sb.ID); err != nil {
+	} else if _, err := e.m.Sandboxes.Get(ctx, res.sb.ID); err != nil {
 		t.Errorf("the create served during reconcile returned sandbox %s, which is lost: %v", res.sb.ID, err)
 	}
 	if err := e.m.Ready(); err != nil {
@@ -115,21 +115,21 @@ func TestShutdownWaitsForWork(t *testing.T) {
 	waitPhase(t, e.m, PhaseServing)
 	sb, _ := e.create(t, validRequest())
 	e.clock.Advance(time.Minute)
-	e.m.Touch(sb.ID)
+	e.m.Expiry.Touch(sb.ID)
 
 	entered, release := make(chan string, 16), make(chan struct{})
 	e.rt.Hook("Agent", hold(entered, "Agent", release))
 	e.rt.Hook("Commit", hold(entered, "Commit", release))
-	snap, err := e.m.CreateSnapshot(ctx, sb.ID, "")
+	snap, err := e.m.Snapshots.CreateSnapshot(ctx, sb.ID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	created := make(chan createResult, 1)
 	go func() {
-		sb, err := e.m.Create(ctx, validRequest())
+		sb, err := e.m.Sandboxes.Create(ctx, validRequest())
 		created <- createResult{sb, err}
 	}()
-	if _, err := e.m.CreatePool(ctx, "warm", PoolSpec{Image: "busybox:latest"}, PoolCapacity{BufferMax: 1, PoolMax: 1}); err != nil {
+	if _, err := e.m.Pools.CreatePool(ctx, "warm", PoolSpec{Image: "busybox:latest"}, PoolCapacity{BufferMax: 1, PoolMax: 1}); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
@@ -144,9 +144,9 @@ func TestShutdownWaitsForWork(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- e.m.Shutdown(ctx) }()
 	waitPhase(t, e.m, PhaseStopping)
-	_, err = e.m.Create(ctx, validRequest())
+	_, err = e.m.Sandboxes.Create(ctx, validRequest())
 	wantCode(t, err, KindUnavailable, CodeNotReady)
-	_, err = e.m.CreateSnapshot(ctx, sb.ID, "")
+	_, err = e.m.Snapshots.CreateSnapshot(ctx, sb.ID, "")
 	wantCode(t, err, KindUnavailable, CodeNotReady)
 	select {
 	case err := <-stopped:
@@ -188,7 +188,7 @@ func TestShutdownDeadline(t *testing.T) {
 	entered, release := make(chan string, 1), make(chan struct{})
 	defer close(release)
 	e.rt.Hook("Commit", hold(entered, "Commit", release))
-	if _, err := e.m.CreateSnapshot(ctx, sb.ID, ""); err != nil {
+	if _, err := e.m.Snapshots.CreateSnapshot(ctx, sb.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	<-entered
@@ -206,7 +206,7 @@ func TestShutdownDeadline(t *testing.T) {
 // Manager starting; Start retries until a reconcile succeeds.
 func TestStartRetriesReconcile(t *testing.T) {
 	e := newStartingEnv(t, nil)
-	e.m.life.retry = time.Millisecond
+	e.m.d.life.retry = time.Millisecond
 	var calls atomic.Int32
 	e.rt.Hook("List", func(context.Context, string) error {
 		if calls.Add(1) <= 2 {

@@ -101,7 +101,7 @@ func TestCreateValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sb, err := e.m.Create(context.Background(), tt.req)
+			sb, err := e.m.Sandboxes.Create(context.Background(), tt.req)
 			if sb != nil {
 				t.Errorf("Create returned a sandbox with an error")
 			}
@@ -178,7 +178,7 @@ func TestCreateSpec(t *testing.T) {
 	if !maps.Equal(spec.Labels, wantLabels) {
 		t.Errorf("labels = %v\nwant %v", spec.Labels, wantLabels)
 	}
-	if strings.Contains(strings.Join(slices.Collect(maps.Values(spec.Labels)), " "), e.m.Token(sb.ID)) {
+	if strings.Contains(strings.Join(slices.Collect(maps.Values(spec.Labels)), " "), e.m.Sandboxes.Token(sb.ID)) {
 		t.Error("the access token is in a label")
 	}
 	rec, _ := e.store.Sandbox(sb.ID)
@@ -280,14 +280,14 @@ func TestCreateVariants(t *testing.T) {
 func TestCreateFailureCleansUp(t *testing.T) {
 	e := newEnv(t, nil)
 	e.rt.FailCreate(errors.New("boom"))
-	_, err := e.m.Create(context.Background(), validRequest())
+	_, err := e.m.Sandboxes.Create(context.Background(), validRequest())
 	wantCode(t, err, KindInternal, CodeStartFailed)
 	if recs, _ := e.store.Sandboxes(); len(recs) != 0 {
 		t.Errorf("failed create left records: %+v", recs)
 	}
 
 	e.rt.FailCreate(runtime.ErrUnavailable)
-	_, err = e.m.Create(context.Background(), validRequest())
+	_, err = e.m.Sandboxes.Create(context.Background(), validRequest())
 	wantCode(t, err, KindUnavailable, CodeEngineUnavailable)
 }
 
@@ -321,7 +321,7 @@ func TestGetStatus(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			sb, cid := e.create(t, validRequest())
 			e.rt.Set(t, cid, tt.set)
-			got, err := e.m.Get(context.Background(), sb.ID)
+			got, err := e.m.Sandboxes.Get(context.Background(), sb.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -344,14 +344,14 @@ func TestGetStatus(t *testing.T) {
 
 func TestGetNotFoundAndVanished(t *testing.T) {
 	e := newEnv(t, nil)
-	_, err := e.m.Get(context.Background(), "no-such-id")
+	_, err := e.m.Sandboxes.Get(context.Background(), "no-such-id")
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 
 	sb, cid := e.create(t, validRequest())
 	if err := e.rt.Remove(context.Background(), cid); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.m.Get(context.Background(), sb.ID)
+	_, err = e.m.Sandboxes.Get(context.Background(), sb.ID)
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 	if _, err := e.store.Sandbox(sb.ID); !errors.Is(err, errNoRecord) {
 		t.Errorf("record of a vanished sandbox kept: %v", err)
@@ -409,7 +409,7 @@ func TestList(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			items, page, err := e.m.List(context.Background(), tt.f)
+			items, page, err := e.m.Sandboxes.List(context.Background(), tt.f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -473,7 +473,7 @@ func TestPatchMetadata(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before, _ := e.store.Sandbox(sb.ID)
-			got, err := e.m.PatchMetadata(ctx, sb.ID, tt.patch)
+			got, err := e.m.Sandboxes.PatchMetadata(ctx, sb.ID, tt.patch)
 			if tt.code != "" {
 				wantCode(t, err, KindInvalid, tt.code)
 				after, _ := e.store.Sandbox(sb.ID)
@@ -493,7 +493,7 @@ func TestPatchMetadata(t *testing.T) {
 			}
 		})
 	}
-	_, err := e.m.PatchMetadata(ctx, "nope", map[string]*string{"a": ptr("1")})
+	_, err := e.m.Sandboxes.PatchMetadata(ctx, "nope", map[string]*string{"a": ptr("1")})
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 }
 
@@ -522,7 +522,7 @@ func TestRenew(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := e.m.Renew(ctx, tt.id, tt.at)
+			got, err := e.m.Sandboxes.Renew(ctx, tt.id, tt.at)
 			if tt.code != "" {
 				wantCode(t, err, tt.kind, tt.code)
 				return
@@ -538,7 +538,7 @@ func TestRenew(t *testing.T) {
 			if rec.ExpiresAt == nil || !rec.ExpiresAt.Equal(want) {
 				t.Errorf("stored expiry = %v, want %v", rec.ExpiresAt, want)
 			}
-			view, _ := e.m.Get(ctx, tt.id)
+			view, _ := e.m.Sandboxes.Get(ctx, tt.id)
 			if view.ExpiresAt == nil || !view.ExpiresAt.Equal(want) {
 				t.Errorf("Get expiresAt = %v, want %v", view.ExpiresAt, want)
 			}
@@ -551,25 +551,25 @@ func TestPauseResume(t *testing.T) {
 	ctx := context.Background()
 	sb, cid := e.create(t, validRequest())
 
-	wantCode(t, e.m.Resume(ctx, sb.ID), KindConflict, CodeNotPaused)
-	if err := e.m.Pause(ctx, sb.ID); err != nil {
+	wantCode(t, e.m.Sandboxes.Resume(ctx, sb.ID), KindConflict, CodeNotPaused)
+	if err := e.m.Sandboxes.Pause(ctx, sb.ID); err != nil {
 		t.Fatalf("Pause: %v", err)
 	}
-	if got, _ := e.m.Get(ctx, sb.ID); got.Status.State != "Paused" {
+	if got, _ := e.m.Sandboxes.Get(ctx, sb.ID); got.Status.State != "Paused" {
 		t.Errorf("after pause state = %s", got.Status.State)
 	}
-	wantCode(t, e.m.Pause(ctx, sb.ID), KindConflict, CodeNotRunning)
-	if err := e.m.Resume(ctx, sb.ID); err != nil {
+	wantCode(t, e.m.Sandboxes.Pause(ctx, sb.ID), KindConflict, CodeNotRunning)
+	if err := e.m.Sandboxes.Resume(ctx, sb.ID); err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
-	if got, _ := e.m.Get(ctx, sb.ID); got.Status.State != "Running" {
+	if got, _ := e.m.Sandboxes.Get(ctx, sb.ID); got.Status.State != "Running" {
 		t.Errorf("after resume state = %s", got.Status.State)
 	}
 	e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StateExited })
-	wantCode(t, e.m.Pause(ctx, sb.ID), KindConflict, CodeNotRunning)
-	wantCode(t, e.m.Resume(ctx, sb.ID), KindConflict, CodeNotPaused)
-	wantCode(t, e.m.Pause(ctx, "nope"), KindNotFound, CodeSandboxNotFound)
-	wantCode(t, e.m.Resume(ctx, "nope"), KindNotFound, CodeSandboxNotFound)
+	wantCode(t, e.m.Sandboxes.Pause(ctx, sb.ID), KindConflict, CodeNotRunning)
+	wantCode(t, e.m.Sandboxes.Resume(ctx, sb.ID), KindConflict, CodeNotPaused)
+	wantCode(t, e.m.Sandboxes.Pause(ctx, "nope"), KindNotFound, CodeSandboxNotFound)
+	wantCode(t, e.m.Sandboxes.Resume(ctx, "nope"), KindNotFound, CodeSandboxNotFound)
 }
 
 func TestEndpoint(t *testing.T) {
@@ -593,7 +593,7 @@ func TestEndpoint(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, func(c *config.Config) { c.Server.EIP = tt.eip })
 			sb, _ := e.create(t, validRequest())
-			ep, err := e.m.Endpoint(context.Background(), sb.ID, tt.port, tt.host)
+			ep, err := e.m.Sandboxes.Endpoint(context.Background(), sb.ID, tt.port, tt.host)
 			if tt.code != "" {
 				wantCode(t, err, KindInvalid, tt.code)
 				return
@@ -604,13 +604,13 @@ func TestEndpoint(t *testing.T) {
 			if want := strings.Replace(tt.want, "%s", sb.ID, 1); ep.Endpoint != want {
 				t.Errorf("endpoint = %q, want %q", ep.Endpoint, want)
 			}
-			if len(ep.Headers) != 1 || ep.Headers[TokenHeader] != e.m.Token(sb.ID) || ep.Headers[TokenHeader] == "" {
+			if len(ep.Headers) != 1 || ep.Headers[TokenHeader] != e.m.Sandboxes.Token(sb.ID) || ep.Headers[TokenHeader] == "" {
 				t.Errorf("headers = %v, want only %s with the token", ep.Headers, TokenHeader)
 			}
 		})
 	}
 	e := newEnv(t, nil)
-	_, err := e.m.Endpoint(context.Background(), "nope", 44772, "h")
+	_, err := e.m.Sandboxes.Endpoint(context.Background(), "nope", 44772, "h")
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 }
 
@@ -623,31 +623,31 @@ func TestToken(t *testing.T) {
 		tok  string
 		want bool
 	}{
-		{"own token", a, e.m.Token(a), true},
-		{"another sandbox's token", a, e.m.Token(b), false},
+		{"own token", a, e.m.Sandboxes.Token(a), true},
+		{"another sandbox's token", a, e.m.Sandboxes.Token(b), false},
 		{"empty", a, "", false},
-		{"truncated", a, e.m.Token(a)[:10], false},
-		{"prefixed", a, "x" + e.m.Token(a), false},
+		{"truncated", a, e.m.Sandboxes.Token(a)[:10], false},
+		{"prefixed", a, "x" + e.m.Sandboxes.Token(a), false},
 	}
 	for _, tt := range tests {
-		if got := e.m.CheckToken(tt.id, tt.tok); got != tt.want {
+		if got := e.m.Sandboxes.CheckToken(tt.id, tt.tok); got != tt.want {
 			t.Errorf("%s: CheckToken = %v, want %v", tt.name, got, tt.want)
 		}
 	}
-	if e.m.Token(a) == e.m.Token(b) {
+	if e.m.Sandboxes.Token(a) == e.m.Sandboxes.Token(b) {
 		t.Error("two sandboxes share a token")
 	}
 
 	// Tokens survive a restart (same store) but differ between stores.
-	tok := e.m.Token(a)
-	m2, err := New(e.cfg, e.rt, e.store, e.m.log)
+	tok := e.m.Sandboxes.Token(a)
+	m2, err := New(e.cfg, e.rt, e.store, e.m.d.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m2.Token(a) != tok || m2.Instance() != e.m.Instance() {
+	if m2.Sandboxes.Token(a) != tok || m2.Instance() != e.m.Instance() {
 		t.Error("token or instance id changed with a new Manager on the same store")
 	}
-	if other := newEnv(t, nil); other.m.Token(a) == tok {
+	if other := newEnv(t, nil); other.m.Sandboxes.Token(a) == tok {
 		t.Error("two stores derive the same token")
 	}
 }
@@ -662,7 +662,7 @@ func TestDelete(t *testing.T) {
 	if !e.rt.HasVolume("scratch") {
 		t.Fatal("named volume not created")
 	}
-	if err := e.m.Delete(ctx, sb.ID); err != nil {
+	if err := e.m.Sandboxes.Delete(ctx, sb.ID); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	if e.rt.Exists(cid) {
@@ -674,17 +674,17 @@ func TestDelete(t *testing.T) {
 	if _, err := e.store.Sandbox(sb.ID); !errors.Is(err, errNoRecord) {
 		t.Errorf("record still there: %v", err)
 	}
-	_, err := e.m.Get(ctx, sb.ID)
+	_, err := e.m.Sandboxes.Get(ctx, sb.ID)
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
-	wantCode(t, e.m.Delete(ctx, sb.ID), KindNotFound, CodeSandboxNotFound)
-	if _, err := e.m.Get(ctx, keep.ID); err != nil || !e.rt.Exists(keepCID) {
+	wantCode(t, e.m.Sandboxes.Delete(ctx, sb.ID), KindNotFound, CodeSandboxNotFound)
+	if _, err := e.m.Sandboxes.Get(ctx, keep.ID); err != nil || !e.rt.Exists(keepCID) {
 		t.Errorf("the other sandbox was affected: %v", err)
 	}
 	// A container already gone is not an error for Delete.
 	if err := e.rt.Remove(ctx, keepCID); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Delete(ctx, keep.ID); err != nil {
+	if err := e.m.Sandboxes.Delete(ctx, keep.ID); err != nil {
 		t.Errorf("Delete of a sandbox whose container vanished: %v", err)
 	}
 }
@@ -701,15 +701,15 @@ func TestTransport(t *testing.T) {
 	}
 
 	e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StatePaused })
-	_, err := e.m.Transport(ctx, sb.ID)
+	_, err := e.m.Sandboxes.Transport(ctx, sb.ID)
 	wantCode(t, err, KindConflict, CodeNotRunning)
 
 	if err := e.rt.Remove(ctx, cid); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.m.Transport(ctx, sb.ID)
+	_, err = e.m.Sandboxes.Transport(ctx, sb.ID)
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
-	_, err = e.m.Transport(ctx, "nope")
+	_, err = e.m.Sandboxes.Transport(ctx, "nope")
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 }
 
@@ -770,7 +770,7 @@ func TestReconcile(t *testing.T) {
 			t.Errorf("record %s kept = %v, want %v (%v)", id, got, keep, err)
 		}
 	}
-	if _, err := e.m.Get(ctx, "adopted"); err != nil {
+	if _, err := e.m.Sandboxes.Get(ctx, "adopted"); err != nil {
 		t.Errorf("adopted sandbox: %v", err)
 	}
 }
@@ -783,7 +783,7 @@ func TestReconcileSnapshots(t *testing.T) {
 	if err := e.m.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s, err := e.m.GetSnapshot("s")
+	s, err := e.m.Snapshots.GetSnapshot("s")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,9 +65,6 @@ func newMetrics() *Metrics {
 	return &Metrics{CreateSeconds: NewHistogram(latency...), CommandSeconds: NewHistogram(latency...)}
 }
 
-// Metrics returns the manager's counters.
-func (m *Manager) Metrics() *Metrics { return m.metrics }
-
 // WritePrometheus writes every metric; byState is the current number of
 // sandboxes in each state.
 func (mt *Metrics) WritePrometheus(w io.Writer, byState map[string]int) {

@@ -16,8 +16,8 @@ const LabelNetwork = "io.sandboxd.network"
 
 // network is the network of new sandboxes: the configured one ("bridge"
 // is the engine's default network), else sandboxd's isolated network.
-func (m *deps) network() runtime.Network {
-	switch n := m.defaults.network; n {
+func (d *deps) network() runtime.Network {
+	switch n := d.defaults.network; n {
 	case "":
 		return runtime.Network{Mode: runtime.NetworkIsolated, Name: DefaultNetwork}
 	case "bridge":
@@ -31,13 +31,13 @@ func (m *deps) network() runtime.Network {
 
 // ensureNetwork creates the default network if it is the one in use.
 // Runtimes without isolated networks have no such network to make.
-func (m *Manager) ensureNetwork(ctx context.Context) error {
-	nw, ok := m.rt.(runtime.IsolatedNetworks)
-	if m.defaults.network != "" || !ok {
+func (d *deps) ensureNetwork(ctx context.Context) error {
+	nw, ok := d.rt.(runtime.IsolatedNetworks)
+	if d.defaults.network != "" || !ok {
 		return nil
 	}
 	if err := nw.EnsureIsolatedNetwork(ctx, DefaultNetwork, map[string]string{LabelNetwork: "isolated"}); err != nil {
-		return m.engineError(err, "ensure network "+DefaultNetwork)
+		return d.engineError(err, "ensure network "+DefaultNetwork)
 	}
 	return nil
 }

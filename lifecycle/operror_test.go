@@ -24,7 +24,7 @@ func TestOpError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := e.m.opError(tt.err, CodeDeleteFailed, "delete sandbox x")
+			err := e.m.d.opError(tt.err, CodeDeleteFailed, "delete sandbox x")
 			wantCode(t, err, tt.kind, tt.code)
 			if e, _ := AsError(err); tt.kind == KindInternal && !strings.Contains(e.Message, tt.err.Error()) {
 				t.Errorf("message %q does not give the engine's reason %q", e.Message, tt.err)

@@ -23,29 +23,29 @@ func TestStuckSandboxIsRepaired(t *testing.T) {
 	ctx := context.Background()
 	sb, cid := e.create(t, validRequest())
 	other, _ := e.create(t, validRequest())
-	if err := e.m.Pause(ctx, sb.ID); err != nil {
+	if err := e.m.Sandboxes.Pause(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	e.rt.Stick(t, cid)
 
-	_, err := e.m.Get(ctx, sb.ID)
+	_, err := e.m.Sandboxes.Get(ctx, sb.ID)
 	wantCode(t, err, KindUnavailable, CodeEngineTimeout)
 	if !strings.Contains(err.Error(), sb.ID) {
 		t.Errorf("error %q does not name the sandbox", err)
 	}
-	wantCode(t, e.m.Resume(ctx, sb.ID), KindUnavailable, CodeEngineTimeout)
-	if _, err := e.m.Get(ctx, other.ID); err != nil {
+	wantCode(t, e.m.Sandboxes.Resume(ctx, sb.ID), KindUnavailable, CodeEngineTimeout)
+	if _, err := e.m.Sandboxes.Get(ctx, other.ID); err != nil {
 		t.Errorf("another sandbox while one is stuck: %v", err)
 	}
 
-	e.m.Sweep(ctx)
+	e.m.Expiry.Sweep(ctx)
 	if e.rt.Repairs() != 1 {
 		t.Fatalf("the reaper repaired %d containers, want 1", e.rt.Repairs())
 	}
-	if err := e.m.Resume(ctx, sb.ID); err != nil {
+	if err := e.m.Sandboxes.Resume(ctx, sb.ID); err != nil {
 		t.Fatalf("Resume after repair: %v", err)
 	}
-	e.m.Sweep(ctx)
+	e.m.Expiry.Sweep(ctx)
 	if e.rt.Repairs() != 1 {
 		t.Errorf("a healthy sandbox was repaired again")
 	}
@@ -56,17 +56,17 @@ func TestDeleteStuckSandbox(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	sb, cid := e.create(t, validRequest())
-	if err := e.m.Pause(ctx, sb.ID); err != nil {
+	if err := e.m.Sandboxes.Pause(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	e.rt.Stick(t, cid)
-	if err := e.m.Delete(ctx, sb.ID); err != nil {
+	if err := e.m.Sandboxes.Delete(ctx, sb.ID); err != nil {
 		t.Fatalf("Delete of a stuck sandbox: %v", err)
 	}
 	if e.rt.Exists(cid) {
 		t.Error("the stuck container is still there")
 	}
-	_, err := e.m.Get(ctx, sb.ID)
+	_, err := e.m.Sandboxes.Get(ctx, sb.ID)
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 }
 
@@ -89,7 +89,7 @@ func TestSlowSandboxHoldsUpNoOther(t *testing.T) {
 	}
 	e.rt.Hook("Inspect", hook)
 	done := make(chan error, 1)
-	go func() { done <- e.m.Pause(context.Background(), slow.ID) }()
+	go func() { done <- e.m.Sandboxes.Pause(context.Background(), slow.ID) }()
 	<-entered
 
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
@@ -98,16 +98,16 @@ func TestSlowSandboxHoldsUpNoOther(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"pause", func() error { return e.m.Pause(ctx, fast.ID) }},
-		{"resume", func() error { return e.m.Resume(ctx, fast.ID) }},
-		{"get", func() error { _, err := e.m.Get(ctx, fast.ID); return err }},
-		{"list", func() error { _, _, err := e.m.List(ctx, ListFilter{Page: 1, PageSize: 20}); return err }},
+		{"pause", func() error { return e.m.Sandboxes.Pause(ctx, fast.ID) }},
+		{"resume", func() error { return e.m.Sandboxes.Resume(ctx, fast.ID) }},
+		{"get", func() error { _, err := e.m.Sandboxes.Get(ctx, fast.ID); return err }},
+		{"list", func() error { _, _, err := e.m.Sandboxes.List(ctx, ListFilter{Page: 1, PageSize: 20}); return err }},
 		{"upload", func() error {
 			// Through the archive API, the engine path a hang could block.
 			e.rt.Set(t, fastCID, func(c *runtime.Container) { c.State = runtime.StateExited })
-			return e.m.PutFile(ctx, fast.ID, FileMeta{Path: "/tmp/x"}, strings.NewReader("x"))
+			return e.m.Files.PutFile(ctx, fast.ID, FileMeta{Path: "/tmp/x"}, strings.NewReader("x"))
 		}},
-		{"delete", func() error { return e.m.Delete(ctx, fast.ID) }},
+		{"delete", func() error { return e.m.Sandboxes.Delete(ctx, fast.ID) }},
 	} {
 		if err := c.call(); err != nil {
 			t.Errorf("%s of another sandbox while one hangs: %v", c.name, err)
@@ -127,7 +127,7 @@ func TestTransferCutShortByPause(t *testing.T) {
 	// Stopped: only then do files go through the archive API, which
 	// dockerd holds the container for.
 	e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StateExited })
-	if err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/tmp/a.txt"}, strings.NewReader("a")); err != nil {
+	if err := e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/tmp/a.txt"}, strings.NewReader("a")); err != nil {
 		t.Fatal(err)
 	}
 	cut := func(context.Context, string) error {
@@ -135,9 +135,9 @@ func TestTransferCutShortByPause(t *testing.T) {
 	}
 	e.rt.Hook("PutArchive", cut)
 	e.rt.Hook("GetArchive", cut)
-	err := e.m.PutFile(ctx, sb.ID, FileMeta{Path: "/tmp/b.txt"}, strings.NewReader("b"))
+	err := e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/tmp/b.txt"}, strings.NewReader("b"))
 	wantCode(t, err, KindConflict, CodeNotRunning)
-	_, err = e.m.OpenFile(ctx, sb.ID, "/tmp/a.txt")
+	_, err = e.m.Files.OpenFile(ctx, sb.ID, "/tmp/a.txt")
 	wantCode(t, err, KindConflict, CodeNotRunning)
 	if e, _ := AsError(err); !strings.Contains(e.Message, "paused") {
 		t.Errorf("message %q does not say why", e.Message)
@@ -166,7 +166,7 @@ func TestReaperIsNotHeldUpByOneSandbox(t *testing.T) {
 		return nil
 	})
 	e.clock.Advance(601 * time.Second)
-	e.m.Sweep(context.Background())
+	e.m.Expiry.Sweep(context.Background())
 	if e.rt.Exists(a) || e.rt.Exists(b) {
 		t.Errorf("after the sweep: %s exists %v, %s exists %v; want both reaped", a, e.rt.Exists(a), b, e.rt.Exists(b))
 	}

@@ -176,8 +176,11 @@ func (p *pool) kick() {
 // fillers.
 type Pools struct {
 	*deps
-	sandboxes *Sandboxes // plans members, views claimed sandboxes
-	egress    poolEgress
+	// plan validates a create request (a pool's spec is checked as one);
+	// view is the API object of a claimed sandbox (Sandboxes).
+	plan   func(ctx context.Context, req CreateRequest) (*createPlan, error)
+	view   func(rec *Record, c *runtime.Container) *Sandbox
+	egress poolEgress
 
 	mu     sync.Mutex
 	byName map[string]*pool
@@ -196,19 +199,19 @@ type storedPool struct {
 // initPools defines the pools of the config file, then those created
 // through the API before a restart. A bad config pool is an error; a stored
 // pool that no longer validates is dropped with a log line.
-func (m *Pools) initPools() error {
-	now := wireTime(m.now())
-	for i, c := range m.cfg.Pools {
+func (ps *Pools) initPools() error {
+	now := wireTime(ps.now())
+	for i, c := range ps.cfg.Pools {
 		spec := PoolSpec{Image: c.Image, Entrypoint: c.Entrypoint, ResourceLimits: c.ResourceLimits, Env: c.Env, NetworkPolicy: configPolicy(c.NetworkPolicy)}
 		capacity := PoolCapacity{BufferMax: c.Size, BufferMin: c.Size, PoolMax: c.Size, PoolMin: c.Size}
-		p, err := m.newPool(c.Name, spec, capacity, now)
+		p, err := ps.newPool(c.Name, spec, capacity, now)
 		if err != nil {
 			return fmt.Errorf("config pool[%d] %q: %w", i, c.Name, err)
 		}
 		p.configured = true
-		m.byName[p.name] = p
+		ps.byName[p.name] = p
 	}
-	raw, err := m.store.MetaString(metaPools)
+	raw, err := ps.store.MetaString(metaPools)
 	if err != nil || raw == "" {
 		return err
 	}
@@ -217,26 +220,26 @@ func (m *Pools) initPools() error {
 		return fmt.Errorf("read stored pools: %w", err)
 	}
 	for _, s := range stored {
-		if m.byName[s.Name] != nil {
-			m.log.Warn("pool created through the API is now defined in the config file; the config wins", "pool", s.Name)
+		if ps.byName[s.Name] != nil {
+			ps.log.Warn("pool created through the API is now defined in the config file; the config wins", "pool", s.Name)
 			continue
 		}
-		p, err := m.newPool(s.Name, s.Spec, s.Capacity, s.CreatedAt)
+		p, err := ps.newPool(s.Name, s.Spec, s.Capacity, s.CreatedAt)
 		if err != nil {
-			m.log.Error("dropping stored pool that no longer validates", "pool", s.Name, "err", err)
+			ps.log.Error("dropping stored pool that no longer validates", "pool", s.Name, "err", err)
 			continue
 		}
-		m.byName[p.name] = p
+		ps.byName[p.name] = p
 	}
 	return nil
 }
 
 // newPool validates a pool.
-func (m *Pools) newPool(name string, spec PoolSpec, capacity PoolCapacity, created time.Time) (*pool, error) {
+func (ps *Pools) newPool(name string, spec PoolSpec, capacity PoolCapacity, created time.Time) (*pool, error) {
 	if err := capacity.validate(); err != nil {
 		return nil, err
 	}
-	def, err := m.newDef(name, spec)
+	def, err := ps.newDef(name, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +250,7 @@ func (m *Pools) newPool(name string, spec PoolSpec, capacity PoolCapacity, creat
 // with the pool's image, entrypoint, resources, env and policy plans, so
 // that such a request matches the pool exactly. The policy is checked as a
 // create's, with its codes.
-func (m *Pools) newDef(name string, spec PoolSpec) (*poolDef, error) {
+func (ps *Pools) newDef(name string, spec PoolSpec) (*poolDef, error) {
 	spec.Image = strings.TrimSpace(spec.Image)
 	if spec.Image == "" {
 		return nil, errf(KindInvalid, CodePoolInvalid, "pool %s: an image is required", name)
@@ -255,11 +258,11 @@ func (m *Pools) newDef(name string, spec PoolSpec) (*poolDef, error) {
 	if len(spec.Entrypoint) == 0 {
 		spec.Entrypoint = []string{"tail", "-f", "/dev/null"}
 	}
-	policy, err := m.egress.requestPolicy(spec.NetworkPolicy)
+	policy, err := ps.egress.requestPolicy(spec.NetworkPolicy)
 	if err != nil {
 		return nil, err
 	}
-	plan, err := m.sandboxes.plan(context.Background(), spec.request())
+	plan, err := ps.plan(context.Background(), spec.request())
 	if err != nil {
 		e, ok := AsError(err)
 		if !ok {
@@ -335,18 +338,18 @@ func memberKey(s runtime.Spec, enforced *egress.Policy) string {
 // come from the pool (the request's are ignored: SDKs always send defaults),
 // and what a container made in advance cannot honour is refused. It returns
 // the pool's name, or "" without a poolRef.
-func (m *Pools) applyPoolRef(req *CreateRequest) (string, error) {
+func (ps *Pools) applyPoolRef(req *CreateRequest) (string, error) {
 	ref, ok := req.Extensions[ExtPoolRef]
 	if !ok {
 		return "", nil
 	}
 	ref = strings.TrimSpace(ref)
-	m.mu.Lock()
+	ps.mu.Lock()
 	var def *poolDef
-	if p := m.byName[ref]; p != nil {
+	if p := ps.byName[ref]; p != nil {
 		def = p.def
 	}
-	m.mu.Unlock()
+	ps.mu.Unlock()
 	if def == nil {
 		return "", errf(KindInvalid, CodeUnsupportedPoolRef, "extensions.poolRef %q: no such pool", ref)
 	}
@@ -368,17 +371,17 @@ func (m *Pools) applyPoolRef(req *CreateRequest) (string, error) {
 
 // assignPool sets the pool a plan is served from: the one it named, else
 // the first (by name) whose members are exactly the container it plans.
-func (m *Pools) assignPool(ref string, p *createPlan) {
+func (ps *Pools) assignPool(ref string, p *createPlan) {
 	if ref == "" {
 		key := memberKey(p.spec, p.rec.NetworkPolicy)
-		m.mu.Lock()
-		for _, name := range slices.Sorted(maps.Keys(m.byName)) {
-			if m.byName[name].def.key == key {
+		ps.mu.Lock()
+		for _, name := range slices.Sorted(maps.Keys(ps.byName)) {
+			if ps.byName[name].def.key == key {
 				ref = name
 				break
 			}
 		}
-		m.mu.Unlock()
+		ps.mu.Unlock()
 	}
 	p.fromPool = ref
 	p.rec.Pool = ref
@@ -387,47 +390,47 @@ func (m *Pools) assignPool(ref string, p *createPlan) {
 // claim serves a plan from its pool. It returns nil (and the caller creates
 // the sandbox cold) when the plan names no pool, its pool has no idle
 // member, or the plan asks for another container than the pool makes.
-func (m *Pools) claim(ctx context.Context, p *createPlan) (*Sandbox, error) {
+func (ps *Pools) claim(ctx context.Context, p *createPlan) (*Sandbox, error) {
 	if p.fromPool == "" {
 		return nil, nil
 	}
 	key := memberKey(p.spec, p.rec.NetworkPolicy)
 	for {
-		mem, ok := m.take(p.fromPool, key)
+		mem, ok := ps.take(p.fromPool, key)
 		if !ok {
 			return nil, nil
 		}
-		start := m.now()
+		start := ps.now()
 		rec := p.rec
 		rec.ID, rec.ContainerID, rec.State = mem.id, mem.cid, recordReady
 		rec.EgressHelper, rec.EgressUpstreams = mem.helper, mem.upstreams
 		// A cached session answers without a Docker call; a member that
 		// died since the last check fails here and is replaced, as one
 		// whose egress daemon cannot be brought back.
-		_, err := m.rt.Agent(ctx, mem.cid)
+		_, err := ps.rt.Agent(ctx, mem.cid)
 		if err == nil {
-			err = m.egress.memberEgress(ctx, &rec, p.spec)
+			err = ps.egress.memberEgress(ctx, &rec, p.spec)
 		}
 		if err != nil {
-			m.log.WarnContext(ctx, "pool member unusable; trying the next", "pool", p.fromPool, "sandbox_id", mem.id, "err", err)
-			m.removeMember(ctx, mem)
+			ps.log.WarnContext(ctx, "pool member unusable; trying the next", "pool", p.fromPool, "sandbox_id", mem.id, "err", err)
+			ps.removeMember(ctx, mem)
 			continue
 		}
-		if err := m.store.PutSandbox(&rec); err != nil {
-			m.removeMember(ctx, mem)
+		if err := ps.store.PutSandbox(&rec); err != nil {
+			ps.removeMember(ctx, mem)
 			return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: "record sandbox", Err: err}
 		}
-		if rec.NetworkPolicy != nil && !m.egress.egressUp(rec.ID) {
+		if rec.NetworkPolicy != nil && !ps.egress.egressUp(rec.ID) {
 			// Its daemon died before the record was there for its watcher
 			// to restore it from: the firewall held meanwhile.
-			if _, err := m.egress.reapplyPolicy(ctx, rec.ID); err != nil {
-				m.log.WarnContext(ctx, "re-apply egress policy", "sandbox_id", rec.ID, "err", err)
+			if _, err := ps.egress.reapplyPolicy(ctx, rec.ID); err != nil {
+				ps.log.WarnContext(ctx, "re-apply egress policy", "sandbox_id", rec.ID, "err", err)
 			}
 		}
-		m.metrics.Creates.Add(1)
-		m.metrics.CreateSeconds.Observe(m.now().Sub(start))
-		m.log.InfoContext(ctx, "sandbox created from pool", "sandbox_id", rec.ID, "pool", p.fromPool, "container", runtime.ShortID(mem.cid))
-		sb := m.sandboxes.view(&rec, nil)
+		ps.metrics.Creates.Add(1)
+		ps.metrics.CreateSeconds.Observe(ps.now().Sub(start))
+		ps.log.InfoContext(ctx, "sandbox created from pool", "sandbox_id", rec.ID, "pool", p.fromPool, "container", runtime.ShortID(mem.cid))
+		sb := ps.view(&rec, nil)
 		sb.Status = Status{State: "Running", Reason: "CONTAINER_RUNNING", Message: "Sandbox container started successfully.", LastTransitionAt: rec.CreatedAt}
 		return sb, nil
 	}
@@ -450,30 +453,29 @@ func (ps *Pools) take(name, key string) (poolMember, bool) {
 
 // removeMember removes a member's container (by id, or by name when its
 // creation failed before an id was known) and its egress helper.
-func (m *Pools) removeMember(ctx context.Context, mem poolMember) {
+func (ps *Pools) removeMember(ctx context.Context, mem poolMember) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	ref := mem.cid
 	if ref == "" {
 		ref = containerName(mem.id)
 	}
-	if err := m.rt.Remove(ctx, ref); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-		m.log.Error("remove pool member", "container", ref, "err", err)
+	if err := ps.rt.Remove(ctx, ref); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		ps.log.Error("remove pool member", "container", ref, "err", err)
 	}
-	if err := m.egress.removeEgress(ctx, &Record{ID: mem.id, NetworkPolicy: mem.policy}); err != nil {
-		m.log.Error("remove pool member's egress helper", "sandbox_id", mem.id, "err", err)
+	if err := ps.egress.removeEgress(ctx, &Record{ID: mem.id, NetworkPolicy: mem.policy}); err != nil {
+		ps.log.Error("remove pool member's egress helper", "sandbox_id", mem.id, "err", err)
 	}
 }
 
-// adoptPoolMember handles a container found at start without a record. It
+// Adopt handles a container found at start without a record. It
 // reports false if the container is no pool member; a member whose pool is
 // gone, changed or full is removed.
-func (m *Pools) adoptPoolMember(ctx context.Context, c runtime.Container) bool {
+func (ps *Pools) Adopt(ctx context.Context, c runtime.Container) bool {
 	name := c.Labels[LabelPool]
 	if name == "" {
 		return false
 	}
-	ps := m
 	ps.mu.Lock()
 	p := ps.byName[name]
 	keep := p != nil && c.State == runtime.StateRunning && c.Labels[LabelPoolRevision] == p.def.revision &&
@@ -485,24 +487,23 @@ func (m *Pools) adoptPoolMember(ctx context.Context, c runtime.Container) bool {
 	}
 	ps.mu.Unlock()
 	if keep {
-		m.log.Info("adopted pool member", "pool", name, "sandbox_id", c.Labels[LabelID])
+		ps.log.Info("adopted pool member", "pool", name, "sandbox_id", c.Labels[LabelID])
 		return true
 	}
 	// Its egress helper, if any, goes with the helpers of gone sandboxes
 	// (restoreEgress).
-	m.log.Info("removing stale pool member", "pool", name, "sandbox_id", c.Labels[LabelID], "container", runtime.ShortID(c.ID))
-	m.removeMember(ctx, poolMember{id: c.Labels[LabelID], cid: c.ID})
+	ps.log.Info("removing stale pool member", "pool", name, "sandbox_id", c.Labels[LabelID], "container", runtime.ShortID(c.ID))
+	ps.removeMember(ctx, poolMember{id: c.Labels[LabelID], cid: c.ID})
 	return true
 }
 
 // RunPools fills the pools and keeps them filled until ctx ends. Run it
 // after Reconcile, which adopts the members left by an earlier run.
-func (m *Pools) RunPools(ctx context.Context) {
-	ps := m
+func (ps *Pools) RunPools(ctx context.Context) {
 	ps.mu.Lock()
 	ps.ctx = ctx
 	for _, p := range ps.byName {
-		m.startFiller(p)
+		ps.startFiller(p)
 	}
 	ps.mu.Unlock()
 	<-ctx.Done()
@@ -510,8 +511,7 @@ func (m *Pools) RunPools(ctx context.Context) {
 }
 
 // startFiller starts p's filler if RunPools runs; the caller holds Pools.mu.
-func (m *Pools) startFiller(p *pool) {
-	ps := m
+func (ps *Pools) startFiller(p *pool) {
 	if ps.ctx == nil || ps.ctx.Err() != nil {
 		return
 	}
@@ -521,22 +521,22 @@ func (m *Pools) startFiller(p *pool) {
 	go func() {
 		defer ps.wg.Done()
 		defer close(p.done)
-		m.fill(ctx, p)
+		ps.fill(ctx, p)
 	}()
 }
 
 // fill keeps p at its target until ctx ends: it creates the missing members
 // a few at a time, backs off after failures, and checks the idle ones.
-func (m *Pools) fill(ctx context.Context, p *pool) {
-	m.checkPool(ctx, p)
+func (ps *Pools) fill(ctx context.Context, p *pool) {
+	ps.checkPool(ctx, p)
 	check := time.NewTicker(poolCheckInterval)
 	defer check.Stop()
 	var retry time.Duration
 	for {
-		if n := m.reserve(p); n > 0 {
+		if n := ps.reserve(p); n > 0 {
 			errs := make(chan error, n)
 			for range n {
-				go func() { errs <- m.addMember(ctx, p) }()
+				go func() { errs <- ps.addMember(ctx, p) }()
 			}
 			var failed error
 			for range n {
@@ -550,7 +550,7 @@ func (m *Pools) fill(ctx context.Context, p *pool) {
 			}
 			retry = min(max(2*retry, time.Second), poolRetryMax)
 			if ctx.Err() == nil {
-				m.log.Warn("pool fill failed; retrying", "pool", p.name, "in", retry, "err", failed)
+				ps.log.Warn("pool fill failed; retrying", "pool", p.name, "in", retry, "err", failed)
 			}
 			select {
 			case <-ctx.Done():
@@ -564,7 +564,7 @@ func (m *Pools) fill(ctx context.Context, p *pool) {
 			return
 		case <-p.wake:
 		case <-check.C:
-			m.checkPool(ctx, p)
+			ps.checkPool(ctx, p)
 		}
 	}
 }
@@ -588,12 +588,11 @@ func (ps *Pools) reserve(p *pool) int {
 // addMember makes one member of p: create, start, start the agent and wait
 // for its answer. A member no longer wanted when it is ready (the pool was
 // deleted or shrunk meanwhile) is removed.
-func (m *Pools) addMember(ctx context.Context, p *pool) error {
-	ps := m
+func (ps *Pools) addMember(ctx context.Context, p *pool) error {
 	ps.mu.Lock()
 	def := p.def
 	ps.mu.Unlock()
-	mem, err := m.makeMember(ctx, p.name, def)
+	mem, err := ps.makeMember(ctx, p.name, def)
 	ps.mu.Lock()
 	p.creating--
 	wanted := err == nil && !p.removed && p.def.revision == def.revision && len(p.idle)+p.creating < p.target()
@@ -602,7 +601,7 @@ func (m *Pools) addMember(ctx context.Context, p *pool) error {
 	}
 	ps.mu.Unlock()
 	if err == nil && !wanted {
-		m.removeMember(ctx, mem)
+		ps.removeMember(ctx, mem)
 	}
 	return err
 }
@@ -610,22 +609,22 @@ func (m *Pools) addMember(ctx context.Context, p *pool) error {
 // makeMember makes a member of pool name from def. A policed member is
 // made as a policed create is: it gets its network only once its helper
 // holds the firewall, and it is ready only once the policy is in force.
-func (m *Pools) makeMember(ctx context.Context, name string, def *poolDef) (mem poolMember, err error) {
+func (ps *Pools) makeMember(ctx context.Context, name string, def *poolDef) (mem poolMember, err error) {
 	mem.id, mem.policy = newID(), def.enforced
 	spec := def.tmpl
 	spec.Name = containerName(mem.id)
-	spec.Labels = map[string]string{LabelID: mem.id, LabelInstance: m.instance, LabelPool: name, LabelPoolRevision: def.revision}
+	spec.Labels = map[string]string{LabelID: mem.id, LabelInstance: ps.instance, LabelPool: name, LabelPoolRevision: def.revision}
 	defer func() {
 		if err != nil {
-			m.removeMember(ctx, mem)
+			ps.removeMember(ctx, mem)
 		}
 	}()
-	if err := m.ensureImage(ctx, spec.Image, nil, "", nil); err != nil {
+	if err := ps.ensureImage(ctx, spec.Image, nil, "", nil); err != nil {
 		return mem, fmt.Errorf("image %s: %w", spec.Image, err)
 	}
 	plan := &createPlan{rec: Record{ID: mem.id, NetworkPolicy: def.enforced}, spec: spec}
-	detach := m.egress.prepareEgress(ctx, plan)
-	if mem.cid, err = m.rt.Create(ctx, spec); err != nil {
+	detach := ps.egress.prepareEgress(ctx, plan)
+	if mem.cid, err = ps.rt.Create(ctx, spec); err != nil {
 		_ = detach("") // its helper must exist before the failure removes it
 		return mem, err
 	}
@@ -633,11 +632,11 @@ func (m *Pools) makeMember(ctx context.Context, name string, def *poolDef) (mem 
 	if err := detach(mem.cid); err != nil {
 		return mem, err
 	}
-	if err := m.rt.Start(ctx, mem.cid); err != nil {
+	if err := ps.rt.Start(ctx, mem.cid); err != nil {
 		return mem, err
 	}
-	waitEgress := m.egress.startEgress(ctx, plan)
-	if err := errors.Join(m.pingAgent(ctx, mem.cid), waitEgress()); err != nil {
+	waitEgress := ps.egress.startEgress(ctx, plan)
+	if err := errors.Join(ps.pingAgent(ctx, mem.cid), waitEgress()); err != nil {
 		return mem, err
 	}
 	mem.helper, mem.upstreams = plan.rec.EgressHelper, plan.rec.EgressUpstreams
@@ -647,15 +646,14 @@ func (m *Pools) makeMember(ctx context.Context, name string, def *poolDef) (mem 
 // checkPool drops the idle members whose container stopped or vanished,
 // and makes sure the others' agents and egress daemons run (members
 // adopted after a restart have none yet).
-func (m *Pools) checkPool(ctx context.Context, p *pool) {
-	ps := m
+func (ps *Pools) checkPool(ctx context.Context, p *pool) {
 	ps.mu.Lock()
 	idle, spec := slices.Clone(p.idle), p.def.tmpl
 	ps.mu.Unlock()
 	if len(idle) == 0 {
 		return
 	}
-	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance, LabelPool: p.name})
+	conts, err := ps.rt.List(ctx, map[string]string{LabelInstance: ps.instance, LabelPool: p.name})
 	if err != nil {
 		return // the next check retries
 	}
@@ -666,7 +664,7 @@ func (m *Pools) checkPool(ctx context.Context, p *pool) {
 	var dead []poolMember
 	for _, mem := range idle {
 		rec := Record{ID: mem.id, ContainerID: mem.cid, NetworkPolicy: mem.policy, EgressUpstreams: mem.upstreams}
-		if !running[mem.cid] || m.pingAgent(ctx, mem.cid) != nil || m.egress.memberEgress(ctx, &rec, spec) != nil {
+		if !running[mem.cid] || ps.pingAgent(ctx, mem.cid) != nil || ps.egress.memberEgress(ctx, &rec, spec) != nil {
 			dead = append(dead, mem)
 		}
 	}
@@ -685,44 +683,45 @@ func (m *Pools) checkPool(ctx context.Context, p *pool) {
 	})
 	ps.mu.Unlock()
 	for _, mem := range gone {
-		m.log.Warn("pool member stopped; replacing it", "pool", p.name, "container", runtime.ShortID(mem.cid))
-		m.removeMember(ctx, mem)
+		ps.log.Warn("pool member stopped; replacing it", "pool", p.name, "container", runtime.ShortID(mem.cid))
+		ps.removeMember(ctx, mem)
 	}
 	p.kick()
 }
 
 // CreatePool defines a pool through the API; it fills in the background.
-func (m *Pools) CreatePool(ctx context.Context, name string, spec PoolSpec, capacity PoolCapacity) (*Pool, error) {
+func (ps *Pools) CreatePool(ctx context.Context, name string, spec PoolSpec, capacity PoolCapacity) (*Pool, error) {
 	if !poolName.MatchString(name) || len(name) > 253 {
 		return nil, errf(KindInvalid, CodePoolInvalid, "pool name %q must be lowercase alphanumerics and '-' (a Kubernetes resource name)", name)
 	}
-	p, err := m.newPool(name, spec, capacity, wireTime(m.now()))
+	p, err := ps.newPool(name, spec, capacity, wireTime(ps.now()))
 	if err != nil {
 		return nil, err
 	}
-	ps := m
+	// What the log says is read before p is shared: an update may
+	// replace it under Pools.mu as soon as p is in byName.
+	image, size, policed := p.def.spec.Image, p.target(), p.def.policy != nil
 	ps.mu.Lock()
 	if ps.byName[name] != nil {
 		ps.mu.Unlock()
 		return nil, errf(KindConflict, CodePoolExists, "pool %s already exists", name)
 	}
 	ps.byName[name] = p
-	m.startFiller(p)
+	ps.startFiller(p)
 	ps.mu.Unlock()
-	if err := m.savePools(); err != nil {
+	if err := ps.savePools(); err != nil {
 		return nil, err
 	}
-	m.log.Info("pool created", "pool", name, "image", p.def.spec.Image, "size", p.target(), "policed", p.def.policy != nil)
-	return m.GetPool(ctx, name)
+	ps.log.Info("pool created", "pool", name, "image", image, "size", size, "policed", policed)
+	return ps.GetPool(ctx, name)
 }
 
 // ListPools returns every pool, by name.
-func (m *Pools) ListPools(ctx context.Context) ([]*Pool, error) {
-	allocated, err := m.allocated()
+func (ps *Pools) ListPools(ctx context.Context) ([]*Pool, error) {
+	allocated, err := ps.allocated()
 	if err != nil {
 		return nil, err
 	}
-	ps := m
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	out := make([]*Pool, 0, len(ps.byName))
@@ -733,12 +732,11 @@ func (m *Pools) ListPools(ctx context.Context) ([]*Pool, error) {
 }
 
 // GetPool returns one pool.
-func (m *Pools) GetPool(ctx context.Context, name string) (*Pool, error) {
-	allocated, err := m.allocated()
+func (ps *Pools) GetPool(ctx context.Context, name string) (*Pool, error) {
+	allocated, err := ps.allocated()
 	if err != nil {
 		return nil, err
 	}
-	ps := m
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	p := ps.byName[name]
@@ -752,11 +750,10 @@ func (m *Pools) GetPool(ctx context.Context, name string) (*Pool, error) {
 // members beyond the new target, or made with the old policy, are removed
 // before it returns, and the pool refills. A pool of the config file
 // changes until the next restart.
-func (m *Pools) UpdatePool(ctx context.Context, name string, u PoolUpdate) (*Pool, error) {
+func (ps *Pools) UpdatePool(ctx context.Context, name string, u PoolUpdate) (*Pool, error) {
 	if err := u.Capacity.validate(); err != nil {
 		return nil, err
 	}
-	ps := m
 	ps.mu.Lock()
 	p := ps.byName[name]
 	var spec PoolSpec
@@ -771,7 +768,7 @@ func (m *Pools) UpdatePool(ctx context.Context, name string, u PoolUpdate) (*Poo
 	if u.SetPolicy {
 		spec.NetworkPolicy = u.NetworkPolicy
 		var err error
-		if def, err = m.newDef(name, spec); err != nil {
+		if def, err = ps.newDef(name, spec); err != nil {
 			return nil, err
 		}
 	}
@@ -794,19 +791,19 @@ func (m *Pools) UpdatePool(ctx context.Context, name string, u PoolUpdate) (*Poo
 		p.idle = slices.Clone(p.idle[:len(p.idle)-n])
 	}
 	p.kick()
+	size := p.target()
 	ps.mu.Unlock()
-	m.removeMembers(ctx, stale)
-	if err := m.savePools(); err != nil {
+	ps.removeMembers(ctx, stale)
+	if err := ps.savePools(); err != nil {
 		return nil, err
 	}
-	m.log.Info("pool updated", "pool", name, "size", p.target(), "removed", len(stale), "policy_set", u.SetPolicy)
-	return m.GetPool(ctx, name)
+	ps.log.Info("pool updated", "pool", name, "size", size, "removed", len(stale), "policy_set", u.SetPolicy)
+	return ps.GetPool(ctx, name)
 }
 
 // DeletePool removes a pool and its idle members; sandboxes already claimed
 // from it live on.
-func (m *Pools) DeletePool(ctx context.Context, name string) error {
-	ps := m
+func (ps *Pools) DeletePool(ctx context.Context, name string) error {
 	ps.mu.Lock()
 	p := ps.byName[name]
 	if p == nil {
@@ -824,18 +821,18 @@ func (m *Pools) DeletePool(ctx context.Context, name string) error {
 		stop()
 		<-done
 	}
-	m.removeMembers(ctx, idle)
-	if err := m.savePools(); err != nil {
+	ps.removeMembers(ctx, idle)
+	if err := ps.savePools(); err != nil {
 		return err
 	}
-	m.log.Info("pool deleted", "pool", name, "removed", len(idle))
+	ps.log.Info("pool deleted", "pool", name, "removed", len(idle))
 	return nil
 }
 
-func (m *Pools) removeMembers(ctx context.Context, members []poolMember) {
+func (ps *Pools) removeMembers(ctx context.Context, members []poolMember) {
 	var wg sync.WaitGroup
 	for _, mem := range members {
-		wg.Go(func() { m.removeMember(ctx, mem) })
+		wg.Go(func() { ps.removeMember(ctx, mem) })
 	}
 	wg.Wait()
 }
@@ -856,8 +853,8 @@ func (p *pool) view(allocated int) *Pool {
 }
 
 // allocated counts the live sandboxes claimed from each pool.
-func (m *Pools) allocated() (map[string]int, error) {
-	recs, err := m.store.Sandboxes()
+func (ps *Pools) allocated() (map[string]int, error) {
+	recs, err := ps.store.Sandboxes()
 	if err != nil {
 		return nil, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read sandbox records", Err: err}
 	}
@@ -871,8 +868,7 @@ func (m *Pools) allocated() (map[string]int, error) {
 }
 
 // savePools persists the pools created through the API.
-func (m *Pools) savePools() error {
-	ps := m
+func (ps *Pools) savePools() error {
 	ps.saveMu.Lock()
 	defer ps.saveMu.Unlock()
 	ps.mu.Lock()
@@ -886,7 +882,7 @@ func (m *Pools) savePools() error {
 	sort.Slice(stored, func(i, j int) bool { return stored[i].Name < stored[j].Name })
 	buf, err := json.Marshal(stored)
 	if err == nil {
-		err = m.store.SetMetaString(metaPools, string(buf))
+		err = ps.store.SetMetaString(metaPools, string(buf))
 	}
 	if err != nil {
 		return &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "persist pools", Err: err}
@@ -894,12 +890,12 @@ func (m *Pools) savePools() error {
 	return nil
 }
 
-// idleIDs returns the sandbox ids of every idle member.
-func (m *Pools) idleIDs() map[string]bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// IdleIDs returns the sandbox ids of every idle member.
+func (ps *Pools) IdleIDs() map[string]bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	ids := map[string]bool{}
-	for _, p := range m.byName {
+	for _, p := range ps.byName {
 		for _, mem := range p.idle {
 			ids[mem.id] = true
 		}

@@ -41,7 +41,7 @@ func (e *testEnv) fillPool(t *testing.T, name string) {
 	}
 	for n := e.m.Pools.reserve(p); n > 0; n = e.m.Pools.reserve(p) {
 		for range n {
-			if err := e.m.addMember(context.Background(), p); err != nil {
+			if err := e.m.Pools.addMember(context.Background(), p); err != nil {
 				t.Fatalf("add member to pool %s: %v", name, err)
 			}
 		}
@@ -65,7 +65,7 @@ func (e *testEnv) members(t *testing.T, pool string) []string {
 
 func (e *testEnv) poolStatus(t *testing.T, name string) PoolStatus {
 	t.Helper()
-	p, err := e.m.GetPool(context.Background(), name)
+	p, err := e.m.Pools.GetPool(context.Background(), name)
 	if err != nil {
 		t.Fatalf("GetPool %s: %v", name, err)
 	}
@@ -102,7 +102,7 @@ func TestPoolClaimByRef(t *testing.T) {
 	if rec.Pool != "warm" || rec.State != recordReady || rec.ExpiresAt == nil || !rec.ExpiresAt.Equal(wantExp) {
 		t.Errorf("record = pool %q state %q expires %v, want warm ready %v", rec.Pool, rec.State, rec.ExpiresAt, wantExp)
 	}
-	got, err := e.m.Get(context.Background(), sb.ID)
+	got, err := e.m.Sandboxes.Get(context.Background(), sb.ID)
 	if err != nil {
 		t.Fatalf("Get claimed sandbox: %v", err)
 	}
@@ -112,7 +112,7 @@ func TestPoolClaimByRef(t *testing.T) {
 	if st := e.poolStatus(t, "warm"); st.Available != 1 || st.Allocated != 1 || st.Total != 2 {
 		t.Errorf("status after claim = %+v, want 1 available, 1 allocated", st)
 	}
-	list, _, err := e.m.List(context.Background(), ListFilter{Page: 1, PageSize: 100})
+	list, _, err := e.m.Sandboxes.List(context.Background(), ListFilter{Page: 1, PageSize: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestPoolMembersHidden(t *testing.T) {
 	e := poolEnv(t, busyboxPool("warm", 2))
 	e.fillPool(t, "warm")
 	ctx := context.Background()
-	list, _, err := e.m.List(ctx, ListFilter{Page: 1, PageSize: 100})
+	list, _, err := e.m.Sandboxes.List(ctx, ListFilter{Page: 1, PageSize: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,13 +136,13 @@ func TestPoolMembersHidden(t *testing.T) {
 	idle := slices.Clone(e.m.Pools.byName["warm"].idle)
 	e.m.Pools.mu.Unlock()
 	for _, mem := range idle {
-		_, err := e.m.Get(ctx, mem.id)
+		_, err := e.m.Sandboxes.Get(ctx, mem.id)
 		wantCode(t, err, KindNotFound, CodeSandboxNotFound)
-		_, err = e.m.Transport(ctx, mem.id)
+		_, err = e.m.Sandboxes.Transport(ctx, mem.id)
 		wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 	}
 	e.clock.Advance(1000 * time.Hour)
-	e.m.Sweep(ctx)
+	e.m.Expiry.Sweep(ctx)
 	if got := e.members(t, "warm"); len(got) != 2 {
 		t.Errorf("the reaper removed idle members: %d left", len(got))
 	}
@@ -173,7 +173,7 @@ func TestPoolRefErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := e.m.Create(context.Background(), tt.req)
+			_, err := e.m.Sandboxes.Create(context.Background(), tt.req)
 			e, ok := AsError(err)
 			if !ok || e.Code != tt.code || !strings.Contains(e.Message, tt.msg) {
 				t.Fatalf("Create = %v, want %s naming %s", err, tt.code, tt.msg)
@@ -272,7 +272,7 @@ func TestPoolCheckReplacesDeadMembers(t *testing.T) {
 	dead := p.idle[1]
 	e.m.Pools.mu.Unlock()
 	e.rt.Set(t, dead.cid, func(c *runtime.Container) { c.State = runtime.StateExited })
-	e.m.checkPool(context.Background(), p)
+	e.m.Pools.checkPool(context.Background(), p)
 	if st := e.poolStatus(t, "warm"); st.Available != 1 {
 		t.Errorf("after check: %d available, want 1", st.Available)
 	}
@@ -300,7 +300,7 @@ func TestPoolAdoptAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.now = e.clock.Now
+	m.d.now = e.clock.Now
 	if err := m.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestPoolAdoptAfterRestart(t *testing.T) {
 			t.Errorf("stale member %s survived the restart", id)
 		}
 	}
-	p, err := m.GetPool(ctx, "warm")
+	p, err := m.Pools.GetPool(ctx, "warm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,25 +329,25 @@ func TestPoolResizeAndDelete(t *testing.T) {
 	req.Extensions = map[string]string{ExtPoolRef: "warm"}
 	claimed, claimedCID := e.create(t, req)
 
-	p, err := e.m.UpdatePool(ctx, "warm", PoolUpdate{Capacity: PoolCapacity{BufferMax: 1, BufferMin: 0, PoolMax: 5, PoolMin: 0}})
+	p, err := e.m.Pools.UpdatePool(ctx, "warm", PoolUpdate{Capacity: PoolCapacity{BufferMax: 1, BufferMin: 0, PoolMax: 5, PoolMin: 0}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Status.Available != 1 || len(e.members(t, "warm")) != 2 { // one idle and the claimed one
 		t.Errorf("after shrinking to 1: %+v, %d containers", p.Status, len(e.members(t, "warm")))
 	}
-	if err := e.m.DeletePool(ctx, "warm"); err != nil {
+	if err := e.m.Pools.DeletePool(ctx, "warm"); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.members(t, "warm"); !slices.Equal(got, []string{claimedCID}) {
 		t.Errorf("after delete: containers %v, want only the claimed %s", got, claimedCID)
 	}
-	_, err = e.m.GetPool(ctx, "warm")
+	_, err = e.m.Pools.GetPool(ctx, "warm")
 	wantCode(t, err, KindNotFound, CodePoolNotFound)
-	if _, err := e.m.Get(ctx, claimed.ID); err != nil {
+	if _, err := e.m.Sandboxes.Get(ctx, claimed.ID); err != nil {
 		t.Errorf("claimed sandbox after pool delete: %v", err)
 	}
-	_, err = e.m.Create(ctx, req)
+	_, err = e.m.Sandboxes.Create(ctx, req)
 	wantCode(t, err, KindInvalid, CodeUnsupportedPoolRef)
 }
 
@@ -374,12 +374,12 @@ func TestCreatePoolAPI(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := e.m.CreatePool(ctx, tt.pool, tt.spec, tt.capacity)
+			_, err := e.m.Pools.CreatePool(ctx, tt.pool, tt.spec, tt.capacity)
 			wantCode(t, err, tt.kind, tt.code)
 		})
 	}
 
-	p, err := e.m.CreatePool(ctx, "api", spec, capacity)
+	p, err := e.m.Pools.CreatePool(ctx, "api", spec, capacity)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +391,7 @@ func TestCreatePoolAPI(t *testing.T) {
 	if st := e.poolStatus(t, "api"); st.Available != 2 {
 		t.Errorf("api pool filled to %d, want min(bufferMax, poolMax) = 2", st.Available)
 	}
-	list, err := e.m.ListPools(ctx)
+	list, err := e.m.Pools.ListPools(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,14 +404,14 @@ func TestCreatePoolAPI(t *testing.T) {
 	}
 
 	// API pools survive a restart; config pools come from the config.
-	if _, err := e.m.UpdatePool(ctx, "api", PoolUpdate{Capacity: PoolCapacity{BufferMax: 3, PoolMax: 3}}); err != nil {
+	if _, err := e.m.Pools.UpdatePool(ctx, "api", PoolUpdate{Capacity: PoolCapacity{BufferMax: 3, PoolMax: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := New(e.cfg, e.rt, e.store, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := m.GetPool(ctx, "api")
+	got, err := m.Pools.GetPool(ctx, "api")
 	if err != nil {
 		t.Fatalf("API pool after restart: %v", err)
 	}
@@ -456,7 +456,7 @@ func TestRunPools(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() {
-		e.m.RunPools(ctx)
+		e.m.Pools.RunPools(ctx)
 		close(stopped)
 	}()
 	waitAvailable := func(want int) {

@@ -26,7 +26,7 @@ func TestResourceRequests(t *testing.T) {
 			req := validRequest()
 			req.ResourceLimits, req.ResourceRequests = tt.limits, tt.reqs
 			if tt.code != "" {
-				_, err := e.m.Create(t.Context(), req)
+				_, err := e.m.Sandboxes.Create(t.Context(), req)
 				wantCode(t, err, KindInvalid, tt.code)
 				return
 			}

@@ -26,9 +26,10 @@ import (
 type Sandboxes struct {
 	*deps
 	tokenKey []byte
-	// deadlines reports and moves deadlines; warm hands out pool members.
-	deadlines *Expiry
-	warm      *Pools
+	// deadlines reports and moves deadlines; warm hands out pool members;
+	// egress polices creates.
+	deadlines deadlines
+	warm      warmPools
 	egress    egressPlanner
 
 	// inFlight holds the ids of the sandboxes being provisioned, which
@@ -47,6 +48,22 @@ type Sandboxes struct {
 	routes sync.Map // sandbox id → container id
 }
 
+// deadlines is what Sandboxes needs of the expiry service.
+type deadlines interface {
+	deadline(rec *Record) *time.Time
+	Touch(id string)
+	forget(id string)
+}
+
+// warmPools is what a create needs of the pools service: a request naming
+// a pool made into the pool's, the pool a plan matches, and a member for
+// a plan.
+type warmPools interface {
+	applyPoolRef(req *CreateRequest) (string, error)
+	assignPool(ref string, p *createPlan)
+	claim(ctx context.Context, p *createPlan) (*Sandbox, error)
+}
+
 // egressPlanner is how a create is policed (egress.go): a policy planned
 // into the spec, a helper made for the created sandbox and started beside
 // it, removed after it.
@@ -60,62 +77,41 @@ type egressPlanner interface {
 
 // Token returns the access token for a sandbox: an HMAC of its id, so it
 // survives restarts without being stored, and never appears in labels.
-func (m *Sandboxes) Token(id string) string {
-	mac := hmac.New(sha256.New, m.tokenKey)
+func (s *Sandboxes) Token(id string) string {
+	mac := hmac.New(sha256.New, s.tokenKey)
 	mac.Write([]byte("sandbox-token:" + id))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
 // CheckToken reports whether tok opens sandbox id (constant time).
-func (m *Sandboxes) CheckToken(id, tok string) bool {
-	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(m.Token(id))) == 1
-}
-
-// record returns a sandbox's record or a 404.
-func (m *Sandboxes) record(id string) (*Record, error) {
-	r, err := m.store.Sandbox(id)
-	if errors.Is(err, errNoRecord) {
-		return nil, notFound(id)
-	}
-	if err != nil {
-		return nil, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read sandbox record", Err: err}
-	}
-	return r, nil
+func (s *Sandboxes) CheckToken(id, tok string) bool {
+	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.Token(id))) == 1
 }
 
 // Create validates a request and provisions the sandbox synchronously:
 // when it returns, the container runs and its endpoints resolve.
-func (m *Sandboxes) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
-	done, err := m.life.begin()
+func (s *Sandboxes) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
+	done, err := s.life.begin()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	plan, err := m.plan(ctx, req)
+	plan, err := s.plan(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if sb, err := m.warm.claim(ctx, plan); sb != nil || err != nil {
+	if sb, err := s.warm.claim(ctx, plan); sb != nil || err != nil {
 		return sb, err
 	}
-	return m.provision(ctx, plan)
-}
-
-// createPlan is a validated create request.
-type createPlan struct {
-	rec      Record
-	spec     runtime.Spec
-	auth     *runtime.RegistryAuth
-	volumes  *preparedVolumes
-	fromPool string
+	return s.provision(ctx, plan)
 }
 
 // plan validates a create request into what provision runs: the record
 // to keep, the spec to create and the volumes made for it. Checks that need
 // nothing but the request come first, then those that read state (the
 // snapshot, the engine for volumes).
-func (m *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, error) {
-	poolRef, err := m.warm.applyPoolRef(&req)
+func (s *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, error) {
+	poolRef, err := s.warm.applyPoolRef(&req)
 	if err != nil {
 		return nil, err
 	}
@@ -127,12 +123,12 @@ func (m *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 	if err != nil {
 		return nil, err
 	}
-	hard, err := m.defaults.parseHardening(req.Extensions)
+	hard, err := s.defaults.parseHardening(req.Extensions)
 	if err != nil {
 		return nil, err
 	}
 	p := &createPlan{}
-	image, err := m.source(&req, p)
+	image, err := s.source(&req, p)
 	if err != nil {
 		return nil, err
 	}
@@ -143,14 +139,14 @@ func (m *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 	if err != nil {
 		return nil, err
 	}
-	if err := m.checkSupported(req); err != nil {
+	if err := s.checkSupported(req); err != nil {
 		return nil, err
 	}
-	policy, err := m.egress.requestPolicy(req.NetworkPolicy)
+	policy, err := s.egress.requestPolicy(req.NetworkPolicy)
 	if err != nil {
 		return nil, err
 	}
-	res, err := ParseResources(req.ResourceLimits, m.defaults.cpu, m.defaults.memory)
+	res, err := ParseResources(req.ResourceLimits, s.defaults.cpu, s.defaults.memory)
 	if err != nil {
 		return nil, err
 	}
@@ -161,15 +157,15 @@ func (m *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 	if err != nil {
 		return nil, err
 	}
-	if p.volumes, err = m.prepareVolumes(ctx, req.Volumes); err != nil {
+	if p.volumes, err = s.prepareVolumes(ctx, req.Volumes); err != nil {
 		return nil, err
 	}
-	id, now := newID(), wireTime(m.now())
+	id, now := newID(), wireTime(s.now())
 	p.rec = Record{
 		ID: id, State: recordCreating, CreatedAt: now, Metadata: req.Metadata,
 		SnapshotID: req.SnapshotID, Platform: platform,
 		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: p.volumes.managed,
-		IdleTimeout: int(m.cfg.Lifecycle.IdleTimeout.Seconds()), LastActivity: now,
+		IdleTimeout: int(s.cfg.Lifecycle.IdleTimeout.Seconds()), LastActivity: now,
 		ReadOnlyRootfs: hard.readOnlyRootfs,
 	}
 	if req.Image != nil {
@@ -179,14 +175,14 @@ func (m *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 		exp := now.Add(time.Duration(*req.Timeout) * time.Second)
 		p.rec.ExpiresAt = &exp
 	}
-	p.spec = m.defaults.sandboxSpec(id, image, req.Entrypoint, env, m.labels(&p.rec, req.Metadata), res, m.network(), p.volumes.mounts, hard)
+	p.spec = s.defaults.sandboxSpec(id, image, req.Entrypoint, env, s.labels(&p.rec, req.Metadata), res, s.network(), p.volumes.mounts, hard)
 	if platform != nil {
 		p.spec.Platform = platform.OS + "/" + platform.Arch
 	}
-	if err := m.egress.planEgress(p, policy); err != nil {
+	if err := s.egress.planEgress(p, policy); err != nil {
 		return nil, err
 	}
-	m.warm.assignPool(poolRef, p)
+	s.warm.assignPool(poolRef, p)
 	return p, nil
 }
 
@@ -215,19 +211,19 @@ func checkShape(req CreateRequest) error {
 // source is the image a sandbox is made from: the request's (with its
 // registry credential in p), or a ready snapshot's, whose sandboxes idle
 // unless told what to run.
-func (m *Sandboxes) source(req *CreateRequest, p *createPlan) (string, error) {
+func (s *Sandboxes) source(req *CreateRequest, p *createPlan) (string, error) {
 	if req.Image != nil {
 		if a := req.Image.Auth; a != nil {
 			p.auth = &runtime.RegistryAuth{Username: a.Username, Password: a.Password}
 		}
 		return strings.TrimSpace(req.Image.URI), nil
 	}
-	snap, err := m.store.Snapshot(req.SnapshotID)
+	snap, err := s.store.Snapshot(req.SnapshotID)
 	switch {
 	case errors.Is(err, errNoRecord):
 		return "", errf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", req.SnapshotID)
 	case err != nil:
-		return "", m.engineError(err, "read snapshot")
+		return "", s.engineError(err, "read snapshot")
 	case snap.State != snapshotReady:
 		return "", errf(KindConflict, CodeSnapshotNotReady, "snapshot %s is %s, not Ready", snap.ID, snap.State)
 	case snap.Image == "":
@@ -256,28 +252,28 @@ func parsePlatform(req *Platform) (*Platform, error) {
 
 // checkSupported refuses what this server does not offer: a timeout past
 // its cap, and upstream features its runtime lacks.
-func (m *Sandboxes) checkSupported(req CreateRequest) error {
-	if max := m.cfg.Server.MaxSandboxTimeoutSeconds; req.Timeout != nil && max > 0 && *req.Timeout > max {
+func (s *Sandboxes) checkSupported(req CreateRequest) error {
+	if max := s.cfg.Server.MaxSandboxTimeoutSeconds; req.Timeout != nil && max > 0 && *req.Timeout > max {
 		return errf(KindInvalid, CodeInvalidParameter, "timeout %d exceeds the server's max_sandbox_timeout_seconds (%d)", *req.Timeout, max)
 	}
 	if req.SecureAccess {
-		return errf(KindInvalid, CodeInvalidParameter, "secureAccess is not supported when runtime.type='%s'", m.rt.Name())
+		return errf(KindInvalid, CodeInvalidParameter, "secureAccess is not supported when runtime.type='%s'", s.rt.Name())
 	}
 	if l := strings.TrimSpace(string(req.Lifecycle)); l != "" && l != "null" {
-		return errf(KindInvalid, CodeInvalidParameter, "lifecycle hooks (preStart, periodic) are not supported when runtime.type='%s'", m.rt.Name())
+		return errf(KindInvalid, CodeInvalidParameter, "lifecycle hooks (preStart, periodic) are not supported when runtime.type='%s'", s.rt.Name())
 	}
 	return nil
 }
 
 // labels are a sandbox's labels: the user's metadata and upstream's
 // bookkeeping, so that upstream tooling recognises the sandbox.
-func (m *Sandboxes) labels(rec *Record, metadata map[string]string) map[string]string {
+func (s *Sandboxes) labels(rec *Record, metadata map[string]string) map[string]string {
 	labels := maps.Clone(metadata)
 	if labels == nil {
 		labels = map[string]string{}
 	}
 	labels[LabelID] = rec.ID
-	labels[LabelInstance] = m.instance
+	labels[LabelInstance] = s.instance
 	if rec.ExpiresAt != nil {
 		labels[LabelExpiresAt] = rec.ExpiresAt.Format(time.RFC3339Nano)
 	} else {
@@ -319,47 +315,47 @@ func buildEnv(env map[string]*string) ([]string, error) {
 }
 
 // creating reports whether sandbox id is being provisioned.
-func (m *Sandboxes) creating(id string) bool {
-	_, ok := m.inFlight.Load(id)
+func (s *Sandboxes) creating(id string) bool {
+	_, ok := s.inFlight.Load(id)
 	return ok
 }
 
 // provision runs a plan: pull, record, create, start.
-func (m *Sandboxes) provision(ctx context.Context, p *createPlan) (*Sandbox, error) {
+func (s *Sandboxes) provision(ctx context.Context, p *createPlan) (*Sandbox, error) {
 	id := p.rec.ID
-	m.inFlight.Store(id, true)
-	defer m.inFlight.Delete(id)
-	log := m.log.With("sandbox_id", id)
-	start := m.now()
-	if err := m.ensureImage(ctx, p.spec.Image, p.auth, p.spec.Platform, func(line string) {
+	s.inFlight.Store(id, true)
+	defer s.inFlight.Delete(id)
+	log := s.log.With("sandbox_id", id)
+	start := s.now()
+	if err := s.ensureImage(ctx, p.spec.Image, p.auth, p.spec.Platform, func(line string) {
 		log.InfoContext(ctx, "pulling image", "image", p.spec.Image, "progress", line)
 	}); err != nil {
-		m.metrics.CreateFailures.Add(1)
-		m.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
-		if e, ok := AsError(m.engineError(err, "")); ok && e.Kind == KindUnavailable {
+		s.metrics.CreateFailures.Add(1)
+		s.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
+		if e, ok := AsError(s.engineError(err, "")); ok && e.Kind == KindUnavailable {
 			return nil, e
 		}
 		return nil, &Error{Kind: KindInternal, Code: CodeImagePullFailed, Message: fmt.Sprintf("image %s is not available and could not be pulled: %v", p.spec.Image, err), Err: err}
 	}
-	if err := m.store.PutSandbox(&p.rec); err != nil {
-		m.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
+	if err := s.store.PutSandbox(&p.rec); err != nil {
+		s.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
 		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: "record sandbox", Err: err}
 	}
 	fail := func(err error, what string) (*Sandbox, error) {
-		m.metrics.CreateFailures.Add(1)
+		s.metrics.CreateFailures.Add(1)
 		log.ErrorContext(ctx, "create failed", "step", what, "err", err)
-		m.destroy(context.WithoutCancel(ctx), &p.rec, p.rec.ContainerID)
-		m.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
+		s.destroy(context.WithoutCancel(ctx), &p.rec, p.rec.ContainerID)
+		s.removeVolumes(context.WithoutCancel(ctx), p.volumes.created)
 		if e := mountRefusal(err); e != nil {
 			return nil, e
 		}
-		if e, ok := AsError(m.engineError(err, what)); ok && (e.Kind == KindUnavailable || e.Code == CodeStartFailed) {
+		if e, ok := AsError(s.engineError(err, what)); ok && (e.Kind == KindUnavailable || e.Code == CodeStartFailed) {
 			return nil, e
 		}
 		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: fmt.Sprintf("%s: %v", what, err), Err: err}
 	}
-	detach := m.egress.prepareEgress(ctx, p)
-	cid, err := m.rt.Create(ctx, p.spec)
+	detach := s.egress.prepareEgress(ctx, p)
+	cid, err := s.rt.Create(ctx, p.spec)
 	if err != nil {
 		_ = detach("") // its helper must exist before the failure removes it
 		return fail(err, "create container")
@@ -368,11 +364,11 @@ func (m *Sandboxes) provision(ctx context.Context, p *createPlan) (*Sandbox, err
 	if err := detach(cid); err != nil {
 		return fail(err, "start egress helper")
 	}
-	if err := m.rt.Start(ctx, cid); err != nil {
+	if err := s.rt.Start(ctx, cid); err != nil {
 		return fail(err, "start container")
 	}
-	waitEgress := m.egress.startEgress(ctx, p)
-	agentErr := m.awaitAgent(ctx, &p.rec)
+	waitEgress := s.egress.startEgress(ctx, p)
+	agentErr := s.awaitAgent(ctx, &p.rec)
 	egressErr := waitEgress()
 	if agentErr != nil {
 		return fail(agentErr, "start sandbox")
@@ -381,33 +377,33 @@ func (m *Sandboxes) provision(ctx context.Context, p *createPlan) (*Sandbox, err
 		return fail(egressErr, "start egress helper")
 	}
 	p.rec.State = recordReady
-	if err := m.store.PutSandbox(&p.rec); err != nil {
+	if err := s.store.PutSandbox(&p.rec); err != nil {
 		return fail(err, "record sandbox")
 	}
-	m.metrics.Creates.Add(1)
-	m.metrics.CreateSeconds.Observe(m.now().Sub(start))
-	log.InfoContext(ctx, "sandbox created", "image", p.spec.Image, "container", runtime.ShortID(cid), "duration_ms", m.now().Sub(start).Milliseconds())
-	sb := m.view(&p.rec, nil)
+	s.metrics.Creates.Add(1)
+	s.metrics.CreateSeconds.Observe(s.now().Sub(start))
+	log.InfoContext(ctx, "sandbox created", "image", p.spec.Image, "container", runtime.ShortID(cid), "duration_ms", s.now().Sub(start).Milliseconds())
+	sb := s.view(&p.rec, nil)
 	sb.Status = Status{State: "Running", Reason: "CONTAINER_RUNNING", Message: "Sandbox container started successfully.", LastTransitionAt: p.rec.CreatedAt}
 	return sb, nil
 }
 
 // destroy removes a sandbox's container, managed volumes and record.
-func (m *Sandboxes) destroy(ctx context.Context, rec *Record, cid string) error {
+func (s *Sandboxes) destroy(ctx context.Context, rec *Record, cid string) error {
 	if cid == "" {
 		cid = containerName(rec.ID)
 	}
-	if err := m.rt.Remove(ctx, cid); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if err := s.rt.Remove(ctx, cid); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return err
 	}
-	if err := m.egress.removeEgress(ctx, rec); err != nil {
+	if err := s.egress.removeEgress(ctx, rec); err != nil {
 		return err
 	}
-	m.removeVolumes(ctx, rec.ManagedVolumes)
-	m.deadlines.forget(rec.ID)
-	m.paused.Delete(rec.ID)
-	m.routes.Delete(rec.ID)
-	if err := m.store.DeleteSandbox(rec.ID); err != nil && !errors.Is(err, errNoRecord) {
+	s.removeVolumes(ctx, rec.ManagedVolumes)
+	s.deadlines.forget(rec.ID)
+	s.paused.Delete(rec.ID)
+	s.routes.Delete(rec.ID)
+	if err := s.store.DeleteSandbox(rec.ID); err != nil && !errors.Is(err, errNoRecord) {
 		return err
 	}
 	return nil
@@ -442,7 +438,7 @@ func status(c *runtime.Container) Status {
 }
 
 // view builds the API object from a record and (if known) its container.
-func (m *Sandboxes) view(rec *Record, c *runtime.Container) *Sandbox {
+func (s *Sandboxes) view(rec *Record, c *runtime.Container) *Sandbox {
 	sb := &Sandbox{
 		ID: rec.ID, SnapshotID: rec.SnapshotID, Platform: rec.Platform,
 		Metadata: rec.Metadata, Entrypoint: rec.Entrypoint, CreatedAt: rec.CreatedAt,
@@ -456,7 +452,7 @@ func (m *Sandboxes) view(rec *Record, c *runtime.Container) *Sandbox {
 	if len(sb.Metadata) == 0 {
 		sb.Metadata = nil
 	}
-	if d := m.deadlines.deadline(rec); d != nil {
+	if d := s.deadlines.deadline(rec); d != nil {
 		t := wireTime(*d)
 		sb.ExpiresAt = &t
 	}
@@ -474,45 +470,45 @@ func (m *Sandboxes) view(rec *Record, c *runtime.Container) *Sandbox {
 }
 
 // Get returns one sandbox.
-func (m *Sandboxes) Get(ctx context.Context, id string) (*Sandbox, error) {
-	rec, err := m.record(id)
+func (s *Sandboxes) Get(ctx context.Context, id string) (*Sandbox, error) {
+	rec, err := s.record(id)
 	if err != nil {
 		return nil, err
 	}
 	if rec.State == recordCreating {
-		return m.view(rec, nil), nil
+		return s.view(rec, nil), nil
 	}
-	c, err := m.inspect(ctx, rec)
+	c, err := s.inspect(ctx, rec)
 	if err != nil {
 		return nil, err
 	}
-	return m.view(rec, &c), nil
+	return s.view(rec, &c), nil
 }
 
 // inspect returns a ready sandbox's container; a container removed behind
 // sandboxd's back makes the sandbox gone (404) and drops its record.
-func (m *Sandboxes) inspect(ctx context.Context, rec *Record) (runtime.Container, error) {
-	c, err := m.rt.Inspect(ctx, rec.ContainerID)
+func (s *Sandboxes) inspect(ctx context.Context, rec *Record) (runtime.Container, error) {
+	c, err := s.rt.Inspect(ctx, rec.ContainerID)
 	if errors.Is(err, runtime.ErrNotFound) {
-		m.log.WarnContext(ctx, "sandbox container vanished; forgetting sandbox", "sandbox_id", rec.ID)
-		_ = m.destroy(ctx, rec, rec.ContainerID)
+		s.log.WarnContext(ctx, "sandbox container vanished; forgetting sandbox", "sandbox_id", rec.ID)
+		_ = s.destroy(ctx, rec, rec.ContainerID)
 		return c, notFound(rec.ID)
 	}
 	if err != nil {
-		return c, m.engineError(err, "inspect sandbox "+rec.ID)
+		return c, s.engineError(err, "inspect sandbox "+rec.ID)
 	}
 	return c, nil
 }
 
 // List returns a filtered, paginated list, newest first.
-func (m *Sandboxes) List(ctx context.Context, f ListFilter) ([]*Sandbox, Page, error) {
-	recs, err := m.store.Sandboxes()
+func (s *Sandboxes) List(ctx context.Context, f ListFilter) ([]*Sandbox, Page, error) {
+	recs, err := s.store.Sandboxes()
 	if err != nil {
 		return nil, Page{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read sandbox records", Err: err}
 	}
-	conts, err := m.rt.List(ctx, map[string]string{LabelInstance: m.instance})
+	conts, err := s.rt.List(ctx, map[string]string{LabelInstance: s.instance})
 	if err != nil {
-		return nil, Page{}, m.engineError(err, "list sandboxes")
+		return nil, Page{}, s.engineError(err, "list sandboxes")
 	}
 	byID := map[string]*runtime.Container{}
 	for i := range conts {
@@ -526,11 +522,11 @@ func (m *Sandboxes) List(ctx context.Context, f ListFilter) ([]*Sandbox, Page, e
 		}
 		if c != nil && c.State.Stopped() {
 			// The list summary lacks the exit code and OOM flag.
-			if full, err := m.rt.Inspect(ctx, c.ID); err == nil {
+			if full, err := s.rt.Inspect(ctx, c.ID); err == nil {
 				c = &full
 			}
 		}
-		sb := m.view(rec, c)
+		sb := s.view(rec, c)
 		if !matchFilter(sb, f) {
 			continue
 		}
@@ -558,21 +554,21 @@ func matchFilter(sb *Sandbox, f ListFilter) bool {
 }
 
 // Delete kills and removes a sandbox.
-func (m *Sandboxes) Delete(ctx context.Context, id string) error {
-	rec, err := m.record(id)
+func (s *Sandboxes) Delete(ctx context.Context, id string) error {
+	rec, err := s.record(id)
 	if err != nil {
 		return err
 	}
-	if err := m.destroy(ctx, rec, rec.ContainerID); err != nil {
-		return m.opError(err, CodeDeleteFailed, "delete sandbox "+id)
+	if err := s.destroy(ctx, rec, rec.ContainerID); err != nil {
+		return s.opError(err, CodeDeleteFailed, "delete sandbox "+id)
 	}
-	m.metrics.Deletes.Add(1)
-	m.log.InfoContext(ctx, "sandbox deleted", "sandbox_id", id)
+	s.metrics.Deletes.Add(1)
+	s.log.InfoContext(ctx, "sandbox deleted", "sandbox_id", id)
 	return nil
 }
 
 // PatchMetadata applies an RFC 7396 merge patch to the user metadata.
-func (m *Sandboxes) PatchMetadata(ctx context.Context, id string, patch map[string]*string) (*Sandbox, error) {
+func (s *Sandboxes) PatchMetadata(ctx context.Context, id string, patch map[string]*string) (*Sandbox, error) {
 	set := map[string]string{}
 	for k, v := range patch {
 		if strings.HasPrefix(k, reservedPrefix) {
@@ -585,10 +581,10 @@ func (m *Sandboxes) PatchMetadata(ctx context.Context, id string, patch map[stri
 	if err := validateMetadata(set, CodeReservedMetadata); err != nil {
 		return nil, err
 	}
-	if _, err := m.record(id); err != nil {
+	if _, err := s.record(id); err != nil {
 		return nil, err
 	}
-	_, err := m.store.UpdateSandbox(id, func(r *Record) error {
+	_, err := s.store.UpdateSandbox(id, func(r *Record) error {
 		md := mergePatch(r.Metadata, patch)
 		if len(md) > maxMetadataEntries {
 			return errf(KindInvalid, CodeInvalidMetadata, "metadata would have %d entries, at most %d allowed", len(md), maxMetadataEntries)
@@ -605,7 +601,7 @@ func (m *Sandboxes) PatchMetadata(ctx context.Context, id string, patch map[stri
 		}
 		return nil, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "update metadata", Err: err}
 	}
-	return m.Get(ctx, id)
+	return s.Get(ctx, id)
 }
 
 // mergePatch applies a flat RFC 7396 merge patch: a value sets, null deletes.
@@ -624,42 +620,48 @@ func mergePatch(cur map[string]string, patch map[string]*string) map[string]stri
 	return out
 }
 
+// isPaused reports whether sandbox id was paused through sandboxd.
+func (s *Sandboxes) isPaused(id string) bool {
+	_, ok := s.paused.Load(id)
+	return ok
+}
+
 // Pause freezes a running sandbox.
-func (m *Sandboxes) Pause(ctx context.Context, id string) error {
-	pauser, rec, err := m.pauseTarget(ctx, id, runtime.StateRunning)
+func (s *Sandboxes) Pause(ctx context.Context, id string) error {
+	pauser, rec, err := s.pauseTarget(ctx, id, runtime.StateRunning)
 	if err != nil {
 		return err
 	}
-	m.paused.Store(id, true)
+	s.paused.Store(id, true)
 	if err := pauser.Pause(ctx, rec.ContainerID); err != nil {
-		m.paused.Delete(id)
-		return m.opError(err, CodePauseFailed, "pause sandbox "+id)
+		s.paused.Delete(id)
+		return s.opError(err, CodePauseFailed, "pause sandbox "+id)
 	}
 	return nil
 }
 
 // Resume unfreezes a paused sandbox.
-func (m *Sandboxes) Resume(ctx context.Context, id string) error {
-	pauser, rec, err := m.pauseTarget(ctx, id, runtime.StatePaused)
+func (s *Sandboxes) Resume(ctx context.Context, id string) error {
+	pauser, rec, err := s.pauseTarget(ctx, id, runtime.StatePaused)
 	if err != nil {
 		return err
 	}
 	if err := pauser.Unpause(ctx, rec.ContainerID); err != nil {
-		return m.opError(err, CodeResumeFailed, "resume sandbox "+id)
+		return s.opError(err, CodeResumeFailed, "resume sandbox "+id)
 	}
-	m.paused.Delete(id)
-	m.deadlines.Touch(id)
+	s.paused.Delete(id)
+	s.deadlines.Touch(id)
 	return nil
 }
 
 // pauseTarget returns the runtime's pause and sandbox id, which must be in
 // state want (running to pause, paused to resume), or the error to answer.
-func (m *Sandboxes) pauseTarget(ctx context.Context, id string, want runtime.State) (runtime.Pauser, *Record, error) {
-	p, ok := m.rt.(runtime.Pauser)
+func (s *Sandboxes) pauseTarget(ctx context.Context, id string, want runtime.State) (runtime.Pauser, *Record, error) {
+	p, ok := s.rt.(runtime.Pauser)
 	if !ok {
-		return nil, nil, m.unsupported("pause and resume are")
+		return nil, nil, s.unsupported("pause and resume are")
 	}
-	rec, c, err := m.ready(ctx, id)
+	rec, c, err := s.ready(ctx, id)
 	switch {
 	case err != nil:
 		return nil, nil, err
@@ -672,79 +674,79 @@ func (m *Sandboxes) pauseTarget(ctx context.Context, id string, want runtime.Sta
 }
 
 // ready returns a sandbox whose container exists.
-func (m *Sandboxes) ready(ctx context.Context, id string) (*Record, runtime.Container, error) {
-	rec, err := m.record(id)
+func (s *Sandboxes) ready(ctx context.Context, id string) (*Record, runtime.Container, error) {
+	rec, err := s.record(id)
 	if err != nil {
 		return nil, runtime.Container{}, err
 	}
 	if rec.State != recordReady {
 		return nil, runtime.Container{}, errf(KindConflict, CodeNotRunning, "sandbox %s is still being created", id)
 	}
-	c, err := m.inspect(ctx, rec)
+	c, err := s.inspect(ctx, rec)
 	return rec, c, err
 }
 
 // Renew sets a new absolute expiry. It returns the sandbox's resulting
 // deadline, what GET reports: an idle timeout can make it earlier than at,
 // renew on access later.
-func (m *Sandboxes) Renew(ctx context.Context, id string, at time.Time) (time.Time, error) {
-	rec, err := m.record(id)
+func (s *Sandboxes) Renew(ctx context.Context, id string, at time.Time) (time.Time, error) {
+	rec, err := s.record(id)
 	if err != nil {
 		return time.Time{}, err
 	}
-	now := m.now()
+	now := s.now()
 	if !at.After(now) {
 		return time.Time{}, errf(KindInvalid, CodeInvalidExpiration, "New expiration time must be in the future.")
 	}
 	if rec.ExpiresAt == nil {
 		return time.Time{}, errf(KindConflict, CodeInvalidExpiration, "Sandbox %s does not have automatic expiration enabled.", id)
 	}
-	if max := m.cfg.Server.MaxSandboxTimeoutSeconds; max > 0 && at.Sub(now) > time.Duration(max)*time.Second {
+	if max := s.cfg.Server.MaxSandboxTimeoutSeconds; max > 0 && at.Sub(now) > time.Duration(max)*time.Second {
 		return time.Time{}, errf(KindInvalid, CodeInvalidExpiration, "New expiration time is more than max_sandbox_timeout_seconds (%d) from now.", max)
 	}
 	at = wireTime(at)
-	rec, err = m.store.UpdateSandbox(id, func(r *Record) error {
+	rec, err = s.store.UpdateSandbox(id, func(r *Record) error {
 		r.ExpiresAt = &at
 		return nil
 	})
 	if err != nil {
 		return time.Time{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "persist renewal", Err: err}
 	}
-	m.deadlines.Touch(id)
-	exp := wireTime(*m.deadlines.deadline(rec))
-	m.log.InfoContext(ctx, "sandbox renewed", "sandbox_id", id, "expires_at", exp)
+	s.deadlines.Touch(id)
+	exp := wireTime(*s.deadlines.deadline(rec))
+	s.log.InfoContext(ctx, "sandbox renewed", "sandbox_id", id, "expires_at", exp)
 	return exp, nil
 }
 
 // Endpoint returns where port of sandbox id is reached: always through
 // sandboxd's proxy route on the host the client used (or eip), with the
 // sandbox's token in headers.
-func (m *Sandboxes) Endpoint(ctx context.Context, id string, port int, requestHost string) (*Endpoint, error) {
+func (s *Sandboxes) Endpoint(ctx context.Context, id string, port int, requestHost string) (*Endpoint, error) {
 	if port < 1 || port > 65535 {
 		return nil, errf(KindInvalid, CodeInvalidPort, "port %d must be between 1 and 65535", port)
 	}
-	if _, err := m.record(id); err != nil {
+	if _, err := s.record(id); err != nil {
 		return nil, err
 	}
 	host := requestHost
-	if eip := m.cfg.Server.EIP; eip != "" {
+	if eip := s.cfg.Server.EIP; eip != "" {
 		host = strings.TrimPrefix(strings.TrimPrefix(eip, "https://"), "http://")
 		host = strings.TrimSuffix(host, "/")
 	}
 	return &Endpoint{
 		Endpoint: fmt.Sprintf("%s/sandboxes/%s/proxy/%d", host, id, port),
-		Headers:  map[string]string{TokenHeader: m.Token(id)},
+		Headers:  map[string]string{TokenHeader: s.Token(id)},
 	}, nil
 }
 
 // Transport returns a RoundTripper to the agent of a running sandbox, for
 // the proxy route. Each call counts as activity.
-func (m *Sandboxes) Transport(ctx context.Context, id string) (http.RoundTripper, error) {
+func (s *Sandboxes) Transport(ctx context.Context, id string) (http.RoundTripper, error) {
 	var rec *Record
-	cid, known := m.routes.Load(id)
+	cid, known := s.routes.Load(id)
 	if !known {
 		var err error
-		if rec, err = m.record(id); err != nil {
+		if rec, err = s.record(id); err != nil {
 			return nil, err
 		}
 		if rec.State != recordReady {
@@ -752,35 +754,99 @@ func (m *Sandboxes) Transport(ctx context.Context, id string) (http.RoundTripper
 		}
 		cid = rec.ContainerID
 	}
-	m.deadlines.Touch(id)
-	rt, err := m.rt.Agent(ctx, cid.(string))
+	s.deadlines.Touch(id)
+	rt, err := s.rt.Agent(ctx, cid.(string))
 	if err == nil {
 		if !known {
-			m.routes.Store(id, cid)
+			s.routes.Store(id, cid)
 		}
 		return rt, nil
 	}
-	m.routes.Delete(id)
+	s.routes.Delete(id)
 	if rec == nil {
 		// The record says why: the sandbox may be gone.
 		var rerr error
-		if rec, rerr = m.record(id); rerr != nil {
+		if rec, rerr = s.record(id); rerr != nil {
 			return nil, rerr
 		}
 	}
 	if errors.Is(err, runtime.ErrNotFound) {
-		_, ierr := m.inspect(ctx, rec)
+		_, ierr := s.inspect(ctx, rec)
 		return nil, ierr
 	}
 	if errors.Is(err, runtime.ErrContainerTimeout) {
-		return nil, m.engineError(err, "start the agent of sandbox "+id)
+		return nil, s.engineError(err, "start the agent of sandbox "+id)
 	}
 	if errors.Is(err, runtime.ErrConflict) {
-		c, ierr := m.inspect(ctx, rec)
+		c, ierr := s.inspect(ctx, rec)
 		if ierr != nil {
 			return nil, ierr
 		}
 		return nil, errf(KindConflict, CodeNotRunning, "sandbox %s is %s; its agent cannot run", id, status(&c).State)
 	}
 	return nil, &Error{Kind: KindUnavailable, Code: CodeAgentFailed, Message: "cannot reach the agent in sandbox " + id, Err: err}
+}
+
+// Reconcile brings the sandboxes in line with the engine after a start:
+// a container without a record goes to adopt (a pool member) or is
+// removed as half-created, and a record whose container is gone is
+// forgotten. It returns how many sandboxes it found alive.
+func (s *Sandboxes) Reconcile(ctx context.Context, adopt func(context.Context, runtime.Container) bool) (int, error) {
+	conts, err := s.rt.List(ctx, map[string]string{LabelInstance: s.instance})
+	if err != nil {
+		return 0, s.engineError(err, "list containers")
+	}
+	recs, err := s.store.Sandboxes()
+	if err != nil {
+		return 0, err
+	}
+	byID := map[string]*Record{}
+	for _, r := range recs {
+		byID[r.ID] = r
+	}
+	seen := map[string]bool{}
+	adopted := 0
+	for _, c := range conts {
+		id := c.Labels[LabelID]
+		rec := byID[id]
+		if rec == nil && adopt(ctx, c) {
+			continue
+		}
+		if s.creating(id) {
+			continue // a create in flight (a replica that leads later)
+		}
+		if rec == nil || rec.State != recordReady {
+			if s.othersCreate(c) {
+				seen[id] = true // the reaper removes it if it never gets ready
+				continue
+			}
+			s.log.Warn("removing half-created sandbox container", "sandbox_id", id, "container", runtime.ShortID(c.ID))
+			if err := s.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				s.log.Error("remove half-created container", "container", runtime.ShortID(c.ID), "err", err)
+			}
+			continue
+		}
+		seen[id] = true
+		adopted++
+	}
+	for _, r := range recs {
+		if seen[r.ID] || s.creating(r.ID) {
+			continue
+		}
+		if r.State == recordReady {
+			s.log.Warn("sandbox container gone while sandboxd was down; forgetting it", "sandbox_id", r.ID)
+		}
+		_ = s.destroy(ctx, r, r.ContainerID)
+	}
+	return adopted, nil
+}
+
+// paginate cuts one page out of items (pages start at 1).
+func paginate[T any](items []T, page, size int) ([]T, Page, error) {
+	p := Page{Page: page, PageSize: size, TotalItems: len(items)}
+	p.TotalPages = (len(items) + size - 1) / size
+	p.HasNextPage = page < p.TotalPages
+	lo := min((page-1)*size, len(items))
+	hi := min(lo+size, len(items))
+	return items[lo:hi], p, nil
 }

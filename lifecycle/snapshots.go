@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"errors"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -11,18 +10,12 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
-// Snapshot states.
-const (
-	snapshotCreating = "Creating"
-	snapshotReady    = "Ready"
-	snapshotFailed   = "Failed"
-)
-
 // Snapshots is the service of snapshots: their records and the commits
 // that make them.
 type Snapshots struct {
 	*deps
-	sandboxes *Sandboxes // the sandboxes snapshotted
+	// ready returns a sandbox whose container exists (Sandboxes).
+	ready func(ctx context.Context, id string) (*Record, runtime.Container, error)
 }
 
 // snapshotImage is the image a snapshot is committed to (upstream's name).
@@ -36,16 +29,16 @@ func snapshotView(r *SnapshotRecord) *Snapshot {
 }
 
 // CreateSnapshot commits a running sandbox's filesystem in the background.
-func (m *Snapshots) CreateSnapshot(ctx context.Context, sandboxID, name string) (*Snapshot, error) {
-	images, ok := m.rt.(runtime.Images)
+func (sn *Snapshots) CreateSnapshot(ctx context.Context, sandboxID, name string) (*Snapshot, error) {
+	images, ok := sn.rt.(runtime.Images)
 	if !ok {
-		return nil, errf(KindNotImplemented, CodeSnapshotNotImpl, "snapshots are not supported when runtime.type='%s'", m.rt.Name())
+		return nil, errf(KindNotImplemented, CodeSnapshotNotImpl, "snapshots are not supported when runtime.type='%s'", sn.rt.Name())
 	}
-	done, err := m.life.begin()
+	done, err := sn.life.begin()
 	if err != nil {
 		return nil, err
 	}
-	snap, cid, err := m.recordSnapshot(ctx, sandboxID, name)
+	snap, cid, err := sn.recordSnapshot(ctx, sandboxID, name)
 	if err != nil {
 		done()
 		return nil, err
@@ -55,39 +48,39 @@ func (m *Snapshots) CreateSnapshot(ctx context.Context, sandboxID, name string) 
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
 		err := images.Commit(cctx, cid, snap.Image)
-		m.settleSnapshot(snap.ID, err, "snapshot_runtime")
+		sn.settleSnapshot(snap.ID, err, "snapshot_runtime")
 	}()
-	m.log.InfoContext(ctx, "snapshot started", "sandbox_id", sandboxID, "snapshot_id", snap.ID)
+	sn.log.InfoContext(ctx, "snapshot started", "sandbox_id", sandboxID, "snapshot_id", snap.ID)
 	return snapshotView(snap), nil
 }
 
 // recordSnapshot records a snapshot of a running sandbox as being created;
 // it returns the record and the sandbox's container.
-func (m *Snapshots) recordSnapshot(ctx context.Context, sandboxID, name string) (*SnapshotRecord, string, error) {
-	rec, c, err := m.sandboxes.ready(ctx, sandboxID)
+func (sn *Snapshots) recordSnapshot(ctx context.Context, sandboxID, name string) (*SnapshotRecord, string, error) {
+	rec, c, err := sn.ready(ctx, sandboxID)
 	if err != nil {
 		return nil, "", err
 	}
 	if c.State != runtime.StateRunning {
 		return nil, "", errf(KindConflict, CodeSnapshotSourceState, "sandbox %s must be Running to snapshot (it is %s)", sandboxID, status(&c).State)
 	}
-	now := wireTime(m.now())
+	now := wireTime(sn.now())
 	snap := &SnapshotRecord{
 		ID: newID(), SandboxID: sandboxID, Name: name, State: snapshotCreating,
 		Reason: "snapshot_accepted", Message: "Snapshot is being created.",
 		CreatedAt: now, UpdatedAt: now,
 	}
 	snap.Image = snapshotImage(snap.ID)
-	if err := m.store.PutSnapshot(snap); err != nil {
+	if err := sn.store.PutSnapshot(snap); err != nil {
 		return nil, "", &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "record snapshot", Err: err}
 	}
 	return snap, rec.ContainerID, nil
 }
 
 // settleSnapshot records the outcome of a commit.
-func (m *Snapshots) settleSnapshot(id string, err error, reasonPrefix string) {
-	_, uerr := m.store.UpdateSnapshot(id, func(r *SnapshotRecord) error {
-		r.UpdatedAt = wireTime(m.now())
+func (sn *Snapshots) settleSnapshot(id string, err error, reasonPrefix string) {
+	_, uerr := sn.store.UpdateSnapshot(id, func(r *SnapshotRecord) error {
+		r.UpdatedAt = wireTime(sn.now())
 		if err != nil {
 			r.State, r.Reason, r.Message = snapshotFailed, reasonPrefix+"_failed", err.Error()
 		} else {
@@ -96,21 +89,21 @@ func (m *Snapshots) settleSnapshot(id string, err error, reasonPrefix string) {
 		return nil
 	})
 	if uerr != nil {
-		m.log.Error("record snapshot outcome", "snapshot_id", id, "err", uerr)
+		sn.log.Error("record snapshot outcome", "snapshot_id", id, "err", uerr)
 		return
 	}
-	m.log.Info("snapshot settled", "snapshot_id", id, "ok", err == nil, "err", err)
+	sn.log.Info("snapshot settled", "snapshot_id", id, "ok", err == nil, "err", err)
 }
 
-// reconcileSnapshots settles snapshots interrupted by a restart.
-func (m *Snapshots) reconcileSnapshots(ctx context.Context) {
-	images, ok := m.rt.(runtime.Images)
+// Reconcile settles snapshots interrupted by a restart.
+func (sn *Snapshots) Reconcile(ctx context.Context) {
+	images, ok := sn.rt.(runtime.Images)
 	if !ok {
 		return // no snapshot can have been started
 	}
-	snaps, err := m.store.Snapshots()
+	snaps, err := sn.store.Snapshots()
 	if err != nil {
-		m.log.Error("read snapshots", "err", err)
+		sn.log.Error("read snapshots", "err", err)
 		return
 	}
 	for _, s := range snaps {
@@ -122,16 +115,16 @@ func (m *Snapshots) reconcileSnapshots(ctx context.Context) {
 			continue
 		}
 		if ok {
-			m.settleSnapshot(s.ID, nil, "snapshot_recovery")
+			sn.settleSnapshot(s.ID, nil, "snapshot_recovery")
 		} else {
-			m.settleSnapshot(s.ID, errors.New("sandboxd restarted before the snapshot image was written"), "snapshot_recovery")
+			sn.settleSnapshot(s.ID, errors.New("sandboxd restarted before the snapshot image was written"), "snapshot_recovery")
 		}
 	}
 }
 
 // GetSnapshot returns one snapshot.
-func (m *Snapshots) GetSnapshot(id string) (*Snapshot, error) {
-	s, err := m.store.Snapshot(id)
+func (sn *Snapshots) GetSnapshot(id string) (*Snapshot, error) {
+	s, err := sn.store.Snapshot(id)
 	if errors.Is(err, errNoRecord) {
 		return nil, errf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", id)
 	}
@@ -150,8 +143,8 @@ type SnapshotFilter struct {
 }
 
 // ListSnapshots lists snapshots newest first.
-func (m *Snapshots) ListSnapshots(f SnapshotFilter) ([]*Snapshot, Page, error) {
-	snaps, err := m.store.Snapshots()
+func (sn *Snapshots) ListSnapshots(f SnapshotFilter) ([]*Snapshot, Page, error) {
+	snaps, err := sn.store.Snapshots()
 	if err != nil {
 		return nil, Page{}, &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "read snapshots", Err: err}
 	}
@@ -169,19 +162,9 @@ func (m *Snapshots) ListSnapshots(f SnapshotFilter) ([]*Snapshot, Page, error) {
 	return paginate(items, f.Page, f.PageSize)
 }
 
-// paginate cuts one page out of items (pages start at 1).
-func paginate[T any](items []T, page, size int) ([]T, Page, error) {
-	p := Page{Page: page, PageSize: size, TotalItems: len(items)}
-	p.TotalPages = (len(items) + size - 1) / size
-	p.HasNextPage = page < p.TotalPages
-	lo := min((page-1)*size, len(items))
-	hi := min(lo+size, len(items))
-	return items[lo:hi], p, nil
-}
-
 // DeleteSnapshot removes a snapshot and its image.
-func (m *Snapshots) DeleteSnapshot(ctx context.Context, id string) error {
-	s, err := m.store.Snapshot(id)
+func (sn *Snapshots) DeleteSnapshot(ctx context.Context, id string) error {
+	s, err := sn.store.Snapshot(id)
 	if errors.Is(err, errNoRecord) {
 		return errf(KindNotFound, CodeSnapshotNotFound, "snapshot %s not found", id)
 	}
@@ -191,28 +174,15 @@ func (m *Snapshots) DeleteSnapshot(ctx context.Context, id string) error {
 	if s.State == snapshotCreating {
 		return errf(KindConflict, CodeSnapshotState, "snapshot %s is still being created", id)
 	}
-	images, _ := m.rt.(runtime.Images) // a snapshot exists: the runtime has images
+	images, _ := sn.rt.(runtime.Images) // a snapshot exists: the runtime has images
 	if err := images.RemoveImage(ctx, s.Image); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		if errors.Is(err, runtime.ErrConflict) {
 			return errf(KindConflict, CodeSnapshotConflict, "snapshot %s is in use by a sandbox", id)
 		}
-		return m.engineError(err, "remove snapshot image")
+		return sn.engineError(err, "remove snapshot image")
 	}
-	if err := m.store.DeleteSnapshot(id); err != nil {
+	if err := sn.store.DeleteSnapshot(id); err != nil {
 		return &Error{Kind: KindInternal, Code: CodeQueryFailed, Message: "delete snapshot record", Err: err}
 	}
 	return nil
-}
-
-// Logs returns the sandbox container's output.
-func (m *Sandboxes) Logs(ctx context.Context, id string, tail int, since time.Time) (io.ReadCloser, error) {
-	rec, _, err := m.ready(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	rc, err := m.rt.Logs(ctx, rec.ContainerID, tail, since)
-	if err != nil {
-		return nil, m.engineError(err, "read logs")
-	}
-	return rc, nil
 }

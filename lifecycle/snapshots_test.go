@@ -14,9 +14,9 @@ func TestSnapshotSourceState(t *testing.T) {
 	ctx := context.Background()
 	sb, cid := e.create(t, validRequest())
 	e.rt.Set(t, cid, func(c *runtime.Container) { c.State = runtime.StatePaused })
-	_, err := e.m.CreateSnapshot(ctx, sb.ID, "n")
+	_, err := e.m.Snapshots.CreateSnapshot(ctx, sb.ID, "n")
 	wantCode(t, err, KindConflict, CodeSnapshotSourceState)
-	_, err = e.m.CreateSnapshot(ctx, "nope", "n")
+	_, err = e.m.Snapshots.CreateSnapshot(ctx, "nope", "n")
 	wantCode(t, err, KindNotFound, CodeSandboxNotFound)
 }
 
@@ -45,7 +45,7 @@ func TestSnapshotRecords(t *testing.T) {
 		{"paged", SnapshotFilter{Page: 2, PageSize: 2}, []string{"old"}},
 	}
 	for _, tt := range tests {
-		items, _, err := e.m.ListSnapshots(tt.f)
+		items, _, err := e.m.Snapshots.ListSnapshots(tt.f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,16 +57,16 @@ func TestSnapshotRecords(t *testing.T) {
 			t.Errorf("%s: ids = %v, want %v", tt.name, got, tt.want)
 		}
 	}
-	if s, err := e.m.GetSnapshot("old"); err != nil || s.SandboxID != "a" || s.Status.State != snapshotReady {
+	if s, err := e.m.Snapshots.GetSnapshot("old"); err != nil || s.SandboxID != "a" || s.Status.State != snapshotReady {
 		t.Errorf("GetSnapshot = %+v, %v", s, err)
 	}
-	_, err := e.m.GetSnapshot("nope")
+	_, err := e.m.Snapshots.GetSnapshot("nope")
 	wantCode(t, err, KindNotFound, CodeSnapshotNotFound)
-	wantCode(t, e.m.DeleteSnapshot(ctx, "new"), KindConflict, CodeSnapshotState)
-	wantCode(t, e.m.DeleteSnapshot(ctx, "nope"), KindNotFound, CodeSnapshotNotFound)
-	if err := e.m.DeleteSnapshot(ctx, "old"); err != nil {
+	wantCode(t, e.m.Snapshots.DeleteSnapshot(ctx, "new"), KindConflict, CodeSnapshotState)
+	wantCode(t, e.m.Snapshots.DeleteSnapshot(ctx, "nope"), KindNotFound, CodeSnapshotNotFound)
+	if err := e.m.Snapshots.DeleteSnapshot(ctx, "old"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.m.GetSnapshot("old")
+	_, err = e.m.Snapshots.GetSnapshot("old")
 	wantCode(t, err, KindNotFound, CodeSnapshotNotFound)
 }

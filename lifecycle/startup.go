@@ -3,8 +3,6 @@ package lifecycle
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -25,14 +23,14 @@ const (
 // instead of answering Running to a sandbox that cannot run anything. An
 // agent that fails for another reason is retried by the first request, as
 // before.
-func (m *Sandboxes) awaitAgent(ctx context.Context, rec *Record) error {
-	err := m.agentGet(ctx, rec.ContainerID, "/_sandboxd/started")
+func (s *Sandboxes) awaitAgent(ctx context.Context, rec *Record) error {
+	err := s.agentGet(ctx, rec.ContainerID, "/_sandboxd/started")
 	if err == nil {
 		return nil
 	}
-	c, ierr := m.rt.Inspect(ctx, rec.ContainerID)
+	c, ierr := s.rt.Inspect(ctx, rec.ContainerID)
 	if ierr != nil || c.State.Active() {
-		m.log.WarnContext(ctx, "agent not ready at create; the first request retries", "sandbox_id", rec.ID, "err", err)
+		s.log.WarnContext(ctx, "agent not ready at create; the first request retries", "sandbox_id", rec.ID, "err", err)
 		return nil
 	}
 	msg := fmt.Sprintf("the sandbox's entrypoint %s exited with code %d right after it started", quoteArgv(rec.Entrypoint), c.ExitCode)
@@ -42,7 +40,7 @@ func (m *Sandboxes) awaitAgent(ctx context.Context, rec *Record) error {
 	if c.ExitCode == 126 || c.ExitCode == 127 {
 		msg += "; 127 and 126 mean the program was not found in the image or is not executable: check the entrypoint's path for this image"
 	}
-	if tail := m.startupLog(ctx, rec.ContainerID); tail != "" {
+	if tail := s.startupLog(ctx, rec.ContainerID); tail != "" {
 		msg += ". Last lines of its output:\n" + tail
 	} else {
 		msg += "; it wrote no output"
@@ -51,10 +49,10 @@ func (m *Sandboxes) awaitAgent(ctx context.Context, rec *Record) error {
 }
 
 // startupLog returns the last lines of a container's output, bounded.
-func (m *Sandboxes) startupLog(ctx context.Context, cid string) string {
+func (s *Sandboxes) startupLog(ctx context.Context, cid string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rc, err := m.rt.Logs(ctx, cid, startupLogLines, time.Time{})
+	rc, err := s.rt.Logs(ctx, cid, startupLogLines, time.Time{})
 	if err != nil {
 		return ""
 	}
@@ -70,31 +68,4 @@ func quoteArgv(argv []string) string {
 		q[i] = strconv.Quote(a)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
-}
-
-// pingAgent starts a container's agent and waits until it answers.
-func (m *deps) pingAgent(ctx context.Context, cid string) error {
-	return m.agentGet(ctx, cid, "/ping")
-}
-
-// agentGet starts a container's agent and waits until it answers GET path
-// with 200.
-func (m *deps) agentGet(ctx context.Context, cid, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	rt, err := m.rt.Agent(ctx, cid)
-	if err != nil {
-		return err
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+path, nil)
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		return fmt.Errorf("agent %s: %w", path, err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("agent %s: status %d", path, resp.StatusCode)
-	}
-	return nil
 }

@@ -18,7 +18,7 @@ func TestCreateEntrypointExitsAtOnce(t *testing.T) {
 	req.Entrypoint = []string{"/no/such/binary", "--flag"}
 	for _, code := range []int{127, 0} {
 		e.rt.ExitOnStart(code)
-		_, err := e.m.Create(context.Background(), req)
+		_, err := e.m.Sandboxes.Create(context.Background(), req)
 		wantCode(t, err, KindInternal, CodeStartFailed)
 		msg := err.(*Error).Message
 		for _, want := range []string{`["/no/such/binary", "--flag"]`, "exited with code " + strconv.Itoa(code), "hello from the sandbox"} {
@@ -43,7 +43,7 @@ func TestCreateEntrypointExitsAtOnce(t *testing.T) {
 	// Running but the agent answers 500: created, the first request retries.
 	e.rt.ExitOnStart(-1)
 	e.rt.SetAgent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
-	sb, err := e.m.Create(context.Background(), req)
+	sb, err := e.m.Sandboxes.Create(context.Background(), req)
 	if err != nil {
 		t.Fatalf("create with a slow agent: %v", err)
 	}

@@ -305,3 +305,10 @@ func (s *BoltStore) UpdateSnapshot(id string, fn func(*SnapshotRecord) error) (*
 
 // DeleteSnapshot removes a snapshot record.
 func (s *BoltStore) DeleteSnapshot(id string) error { return del(s, bucketSnapshots, id) }
+
+// Snapshot states.
+const (
+	snapshotCreating = "Creating"
+	snapshotReady    = "Ready"
+	snapshotFailed   = "Failed"
+)

@@ -26,8 +26,8 @@ const maxReadBuffer = 256 << 10
 // is read here, by the agent's parser, the one parser of uploads (the
 // agent uses it too, when a transport that cannot write files passes it
 // the form), so every path accepts and refuses the same forms.
-func (m *Manager) PutUpload(ctx context.Context, id string, r *http.Request, rt http.RoundTripper) error {
-	var sink fileSink = &archiveSink{m: m, id: id}
+func (f *Files) PutUpload(ctx context.Context, id string, r *http.Request, rt http.RoundTripper) error {
+	var sink fileSink = &archiveSink{files: f, id: id}
 	if fw, ok := rt.(agent.FileWriter); ok {
 		sink = agentSink{fw}
 	}
@@ -35,7 +35,7 @@ func (m *Manager) PutUpload(ctx context.Context, id string, r *http.Request, rt 
 	// system call per 4 KiB of a large upload.
 	buffered := bufio.NewReaderSize(r.Body, int(min(uint64(r.ContentLength), maxReadBuffer)))
 	sink.start(r, buffered)
-	err := agent.ReadUpload(r, m.spooler, func(meta agent.UploadMeta, part int, content io.Reader) error {
+	err := agent.ReadUpload(r, f.spooler, func(meta agent.UploadMeta, part int, content io.Reader) error {
 		return sink.put(ctx, meta, part, content)
 	})
 	var uerr *agent.UploadError
@@ -112,7 +112,7 @@ func (r *readErr) Read(p []byte) (int, error) {
 // straight into the sandbox instead of being spooled first. A part that
 // came before its metadata was spooled already, and is spooled only once.
 type archiveSink struct {
-	m        *Manager
+	files    *Files
 	id       string
 	boundary string
 	total    int64
@@ -135,7 +135,7 @@ func (s *archiveSink) put(ctx context.Context, meta agent.UploadMeta, index int,
 			content = &Announced{Reader: content, Size: size}
 		}
 	}
-	return s.m.PutFile(ctx, s.id, fm, content)
+	return s.files.PutFile(ctx, s.id, fm, content)
 }
 
 func nonEmpty(s string) *string {

@@ -104,7 +104,7 @@ func uploadRequest(t *testing.T, body io.Reader, parts ...[3]string) *http.Reque
 // with the parser the archive path uses: every file arrives, in order,
 // whichever part comes first, and errors keep their execd codes.
 func TestPutUploadThroughAgent(t *testing.T) {
-	m := &Manager{}
+	m := &Manager{Files: &Files{}}
 	fw := &fileWriter{files: map[string]string{}}
 	if !WritesFiles(fw) {
 		t.Fatal("a FileWriter transport does not write files")
@@ -112,23 +112,23 @@ func TestPutUploadThroughAgent(t *testing.T) {
 	r := uploadRequest(t, nil,
 		[3]string{"metadata", "metadata", `{"path":"/a"}`}, [3]string{"file", "a", "first"},
 		[3]string{"file", "b", "early"}, [3]string{"metadata", "metadata", `{"path":"/b"}`})
-	if err := m.PutUpload(t.Context(), "id", r, fw); err != nil {
+	if err := m.Files.PutUpload(t.Context(), "id", r, fw); err != nil {
 		t.Fatalf("PutUpload: %v", err)
 	}
 	if fw.files["/a"] != "first" || fw.files["/b"] != "early" {
 		t.Errorf("files written: %v", fw.files)
 	}
 
-	wantCode(t, m.PutUpload(t.Context(), "id", uploadRequest(t, nil, [3]string{"file", "a", "x"}), fw), KindInvalid, "INVALID_FILE_METADATA")
+	wantCode(t, m.Files.PutUpload(t.Context(), "id", uploadRequest(t, nil, [3]string{"file", "a", "x"}), fw), KindInvalid, "INVALID_FILE_METADATA")
 	fw.fail = &agent.UploadError{Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR", Message: "read-only file system"}
-	wantCode(t, m.PutUpload(t.Context(), "id", uploadRequest(t, nil, [3]string{"metadata", "metadata", `{"path":"/c"}`}, [3]string{"file", "c", "x"}), fw), KindInternal, "RUNTIME_ERROR")
+	wantCode(t, m.Files.PutUpload(t.Context(), "id", uploadRequest(t, nil, [3]string{"metadata", "metadata", `{"path":"/c"}`}, [3]string{"file", "c", "x"}), fw), KindInternal, "RUNTIME_ERROR")
 	fw.fail = nil
 	// A client that goes away mid-file is the client's failure.
 	full := uploadRequest(t, nil, [3]string{"metadata", "metadata", `{"path":"/d"}`}, [3]string{"file", "d", strings.Repeat("x", 10000)})
 	cut, _ := io.ReadAll(full.Body)
 	half := uploadRequest(t, io.MultiReader(bytes.NewReader(cut[:len(cut)/2]), iotest.ErrReader(errors.New("client went away"))))
 	half.Header = full.Header
-	wantCode(t, m.PutUpload(t.Context(), "id", half, fw), KindInvalid, "INVALID_FILE")
+	wantCode(t, m.Files.PutUpload(t.Context(), "id", half, fw), KindInvalid, "INVALID_FILE")
 	if _, ok := fw.files["/d"]; ok {
 		t.Error("a cut upload was written")
 	}
@@ -152,7 +152,7 @@ func TestPutUploadEarlyPartSpooledOnce(t *testing.T) {
 		}
 		made, _ := spools()
 		puts := e.rt.Puts()
-		if err := e.m.PutUpload(t.Context(), sb.ID, r, nil); err != nil {
+		if err := e.m.Files.PutUpload(t.Context(), sb.ID, r, nil); err != nil {
 			t.Fatalf("Content-Length %v: PutUpload: %v", length, err)
 		}
 		if f, ok := e.rt.File(cid, "/work/big"); !ok || string(f.Data) != data {

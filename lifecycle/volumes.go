@@ -17,15 +17,15 @@ const LabelVolumeManaged = "opensandbox.io/volume-managed-by"
 // (symlinks, the allow-list, the engine's own paths) by the runtime,
 // which knows the filesystem of the engine's host. It returns the mount
 // to make, with the resolved path and the checked prefix it lies in.
-func (m *Sandboxes) checkHostPath(ctx context.Context, name, p string) (runtime.Mount, error) {
+func (d *deps) checkHostPath(ctx context.Context, name, p string) (runtime.Mount, error) {
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.Contains(p, "\x00") {
 		return runtime.Mount{}, errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q must be absolute and normalised (no '..', '//' or trailing '/')", name, p)
 	}
-	hp, ok := m.rt.(runtime.HostPaths)
+	hp, ok := d.rt.(runtime.HostPaths)
 	if !ok {
-		return runtime.Mount{}, errf(KindInvalid, CodeVolUnsupported, "volume %q: host paths are not supported when runtime.type='%s'", name, m.rt.Name())
+		return runtime.Mount{}, errf(KindInvalid, CodeVolUnsupported, "volume %q: host paths are not supported when runtime.type='%s'", name, d.rt.Name())
 	}
-	mnt, err := hp.CheckHostPath(ctx, p, m.cfg.Storage.AllowedHostPaths, []string{m.cfg.Store.Dir})
+	mnt, err := hp.CheckHostPath(ctx, p, d.cfg.Storage.AllowedHostPaths, []string{d.cfg.Store.Dir})
 	var he *runtime.HostPathError
 	switch {
 	case errors.As(err, &he) && he.NotAllowed:
@@ -33,7 +33,7 @@ func (m *Sandboxes) checkHostPath(ctx context.Context, name, p string) (runtime.
 	case errors.As(err, &he):
 		return runtime.Mount{}, errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: %s", name, he.Reason)
 	case err != nil:
-		return runtime.Mount{}, m.engineError(err, "ask the engine where it keeps its data")
+		return runtime.Mount{}, d.engineError(err, "ask the engine where it keeps its data")
 	}
 	return mnt, nil
 }
@@ -61,10 +61,10 @@ type preparedVolumes struct {
 
 // prepareVolumes validates the requested volumes, creating named volumes as
 // needed. On error it removes the volumes it created.
-func (m *Sandboxes) prepareVolumes(ctx context.Context, vols []Volume) (*preparedVolumes, error) {
+func (d *deps) prepareVolumes(ctx context.Context, vols []Volume) (*preparedVolumes, error) {
 	pv := &preparedVolumes{}
-	if err := m.addVolumes(ctx, vols, pv); err != nil {
-		m.removeVolumes(context.WithoutCancel(ctx), pv.created)
+	if err := d.addVolumes(ctx, vols, pv); err != nil {
+		d.removeVolumes(context.WithoutCancel(ctx), pv.created)
 		return nil, err
 	}
 	return pv, nil
@@ -72,19 +72,19 @@ func (m *Sandboxes) prepareVolumes(ctx context.Context, vols []Volume) (*prepare
 
 // removeVolumes removes named volumes, logging failures. Only a runtime
 // with volumes can have made them.
-func (m *Sandboxes) removeVolumes(ctx context.Context, names []string) {
-	vols, ok := m.rt.(runtime.Volumes)
+func (d *deps) removeVolumes(ctx context.Context, names []string) {
+	vols, ok := d.rt.(runtime.Volumes)
 	if !ok {
 		return
 	}
 	for _, v := range names {
 		if err := vols.RemoveVolume(ctx, v); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			m.log.Warn("remove named volume", "volume", v, "err", err)
+			d.log.Warn("remove named volume", "volume", v, "err", err)
 		}
 	}
 }
 
-func (m *Sandboxes) addVolumes(ctx context.Context, vols []Volume, pv *preparedVolumes) error {
+func (d *deps) addVolumes(ctx context.Context, vols []Volume, pv *preparedVolumes) error {
 	seen := map[string]bool{}
 	for _, v := range vols {
 		if err := validateVolumeShape(v, seen); err != nil {
@@ -94,12 +94,12 @@ func (m *Sandboxes) addVolumes(ctx context.Context, vols []Volume, pv *preparedV
 	for _, v := range vols {
 		switch {
 		case v.Host != nil:
-			mnt, err := m.checkHostPath(ctx, v.Name, v.Host.Path)
+			mnt, err := d.checkHostPath(ctx, v.Name, v.Host.Path)
 			if err != nil {
 				return err
 			}
 			if v.SubPath != "" {
-				if mnt, err = m.checkHostPath(ctx, v.Name, filepath.Join(mnt.Source, v.SubPath)); err != nil {
+				if mnt, err = d.checkHostPath(ctx, v.Name, filepath.Join(mnt.Source, v.SubPath)); err != nil {
 					return err
 				}
 			}
@@ -108,24 +108,24 @@ func (m *Sandboxes) addVolumes(ctx context.Context, vols []Volume, pv *preparedV
 		case v.PVC != nil:
 			name := v.PVC.ClaimName
 			create := v.PVC.CreateIfNotExists == nil || *v.PVC.CreateIfNotExists
-			allowedExisting := slices.Contains(m.cfg.Storage.AllowedVolumes, name)
-			vols, ok := m.rt.(runtime.Volumes)
+			allowedExisting := slices.Contains(d.cfg.Storage.AllowedVolumes, name)
+			vols, ok := d.rt.(runtime.Volumes)
 			if !ok {
-				return errf(KindInvalid, CodeVolUnsupported, "volume %q: named volumes are not supported when runtime.type='%s'", v.Name, m.rt.Name())
+				return errf(KindInvalid, CodeVolUnsupported, "volume %q: named volumes are not supported when runtime.type='%s'", v.Name, d.rt.Name())
 			}
-			created, labels, err := vols.EnsureVolume(ctx, name, create, map[string]string{LabelVolumeManaged: "server", LabelInstance: m.instance})
+			created, labels, err := vols.EnsureVolume(ctx, name, create, map[string]string{LabelVolumeManaged: "server", LabelInstance: d.instance})
 			if errors.Is(err, runtime.ErrNotFound) {
 				return errf(KindInvalid, CodeVolPVCNotFound, "volume %q: named volume %q does not exist", v.Name, name)
 			}
 			if err != nil {
-				return m.engineError(err, "prepare volume")
+				return d.engineError(err, "prepare volume")
 			}
 			if created {
 				pv.created = append(pv.created, name)
 			}
 			// Another instance's managed volume is not ours to mount or to
 			// delete: the instance label decides, not the managed label.
-			owned := created || (labels[LabelVolumeManaged] == "server" && labels[LabelInstance] == m.instance)
+			owned := created || (labels[LabelVolumeManaged] == "server" && labels[LabelInstance] == d.instance)
 			if !owned && !allowedExisting {
 				return errf(KindInvalid, CodeVolPVCNotAllowed, "volume %q: existing named volume %q was not created by this sandboxd instance; list it in [storage] allowed_volumes to allow it", v.Name, name)
 			}

@@ -76,7 +76,7 @@ func TestCheckHostPath(t *testing.T) {
 					c.Store.Dir = tt.store
 				}
 			})
-			mnt, err := e.m.checkHostPath(context.Background(), "v", tt.path)
+			mnt, err := e.m.d.checkHostPath(context.Background(), "v", tt.path)
 			got, prefix := mnt.Source, mnt.Beneath
 			if tt.code != "" {
 				wantCode(t, err, KindInvalid, tt.code)
@@ -106,17 +106,17 @@ func TestCheckHostPathEnginePaths(t *testing.T) {
 	e.rt.SetEnginePaths(data, sock)
 	ctx := context.Background()
 	for _, p := range []string{data, filepath.Join(data, "volumes"), sock, filepath.Join(dir, "run"), dir} {
-		_, err := e.m.checkHostPath(ctx, "v", p)
+		_, err := e.m.d.checkHostPath(ctx, "v", p)
 		wantCode(t, err, KindInvalid, CodeVolHostNotAllowed)
 	}
-	if _, err := e.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err != nil {
+	if _, err := e.m.d.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err != nil {
 		t.Errorf("a path beside the engine's: %v", err)
 	}
 
 	// Until the engine says where it keeps them, no host path is mounted.
 	e2 := newEnv(t, func(c *config.Config) { c.Storage.AllowedHostPaths = []string{dir} })
 	e2.rt.FailPing(runtime.ErrUnavailable)
-	if _, err := e2.m.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err == nil {
+	if _, err := e2.m.d.checkHostPath(ctx, "v", filepath.Join(dir, "work")); err == nil {
 		t.Error("a host path was accepted while the engine could not say where it keeps its data")
 	}
 }
@@ -201,13 +201,13 @@ func TestPrepareVolumes(t *testing.T) {
 			})
 			for name, labels := range tt.existing {
 				if labels[LabelInstance] == "SELF" {
-					labels[LabelInstance] = e.m.instance
+					labels[LabelInstance] = e.m.d.instance
 				}
 				if _, _, err := e.rt.EnsureVolume(context.Background(), name, true, labels); err != nil {
 					t.Fatal(err)
 				}
 			}
-			pv, err := e.m.prepareVolumes(context.Background(), tt.vols)
+			pv, err := e.m.d.prepareVolumes(context.Background(), tt.vols)
 			if tt.code != "" {
 				wantCode(t, err, KindInvalid, tt.code)
 				if e.rt.HasVolume("early") {
@@ -253,7 +253,7 @@ func TestCreateMountRefused(t *testing.T) {
 	} {
 		e := newEnv(t, nil)
 		e.rt.FailCreate(fmt.Errorf("create: %w", tt.err))
-		_, err := e.m.Create(context.Background(), validRequest())
+		_, err := e.m.Sandboxes.Create(context.Background(), validRequest())
 		wantCode(t, err, KindInvalid, tt.code)
 		if !strings.Contains(err.Error(), tt.err.Reason) {
 			t.Errorf("error %q does not say why (%s)", err, tt.err.Reason)

@@ -185,7 +185,11 @@ func listenAndServe(ctx context.Context, cfg config.Config, mgr *lifecycle.Manag
 		return fmt.Errorf("listen on %s: %w", cfg.Addr(), err)
 	}
 	ver, commit := build()
-	handler := api.New(cfg, mgr, rt, log)
+	handler := api.New(cfg, api.Backends{
+		Engine: mgr.Engine(), Life: mgr, Metrics: mgr.Metrics(),
+		Sandboxes: mgr.Sandboxes, Diagnostics: mgr.Sandboxes, Proxy: mgr.Sandboxes,
+		Snapshots: mgr.Snapshots, Pools: mgr.Pools, Files: mgr.Files, Egress: mgr.Egress, Activity: mgr.Expiry,
+	}, rt, log)
 	handler.SetBuild(api.Build{Version: ver, Commit: commit})
 	ln := api.NewConnLimiter(tcp, func() int { return maxConnections(cfg.Server.MaxConnections, fileLimit()) }, log)
 	srv := &http.Server{

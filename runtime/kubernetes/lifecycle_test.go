@@ -42,7 +42,7 @@ func TestLifecycleOverKubernetes(t *testing.T) {
 	}
 
 	timeout := 600
-	sb, err := m.Create(ctx, lifecycle.CreateRequest{
+	sb, err := m.Sandboxes.Create(ctx, lifecycle.CreateRequest{
 		Image: &lifecycle.ImageSpec{URI: "busybox"}, Entrypoint: []string{"tail", "-f", "/dev/null"},
 		Timeout: &timeout, Metadata: map[string]string{"team": "fake"},
 	})
@@ -57,20 +57,20 @@ func TestLifecycleOverKubernetes(t *testing.T) {
 	if rec, err := k.Record(ctx, "sandbox-"+sb.ID); err != nil || !strings.Contains(string(rec), sb.ID) {
 		t.Errorf("record on the pod: %s, %v", rec, err)
 	}
-	rt, err := m.Transport(ctx, sb.ID)
+	rt, err := m.Sandboxes.Transport(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	echo(t, rt, "echo in-pod", "in-pod")
-	err = m.Pause(ctx, sb.ID)
+	err = m.Sandboxes.Pause(ctx, sb.ID)
 	var le *lifecycle.Error
 	if !errors.As(err, &le) || le.Code != "SANDBOX::API_NOT_SUPPORTED" || !strings.Contains(le.Message, "kubernetes") {
 		t.Errorf("Pause = %v, want upstream's not-supported refusal naming the runtime", err)
 	}
-	if err := m.Delete(ctx, sb.ID); err != nil {
+	if err := m.Sandboxes.Delete(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Get(ctx, sb.ID); err == nil {
+	if _, err := m.Sandboxes.Get(ctx, sb.ID); err == nil {
 		t.Error("sandbox still there after Delete")
 	}
 	if list, _ := k.List(ctx, nil); len(list) != 0 {
