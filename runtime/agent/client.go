@@ -31,11 +31,15 @@ type Client struct {
 
 // Dial starts a yamux client on conn, the agent's attached stdin and stdout.
 func Dial(conn io.ReadWriteCloser) (*Client, error) {
-	return dial(conn, yamuxConfig(slog.New(slog.DiscardHandler)))
+	return dial(conn)
 }
 
-func dial(conn io.ReadWriteCloser, config *yamux.Config) (*Client, error) {
-	session, err := yamux.Client(framed(conn), config)
+// dial starts sandboxd's end of a session, bounded as streams.go says.
+func dial(conn io.ReadWriteCloser) (*Client, error) {
+	open := newOpenStreams()
+	fc := framed(conn)
+	fc.in = &inboundFilter{r: fc.r, open: open}
+	session, err := yamux.Client(fc, clientConfig())
 	if err != nil {
 		return nil, fmt.Errorf("agent: start yamux client: %w", err)
 	}
@@ -43,7 +47,7 @@ func dial(conn io.ReadWriteCloser, config *yamux.Config) (*Client, error) {
 	// Every new HTTP connection is a new stream; the URL's host is
 	// irrelevant.
 	c.transport = agentTransport(func(context.Context, string, string) (net.Conn, error) {
-		conn, err := session.Open()
+		conn, err := openStream(session, open)
 		if err != nil {
 			// A dial error, as callers classify failures.
 			return nil, &net.OpError{Op: "dial", Net: "yamux", Err: err}
@@ -126,6 +130,8 @@ func (c *Client) Close() error {
 	}
 	return c.session.Close()
 }
+
+var discardLogger = slog.New(slog.DiscardHandler)
 
 // yamuxConfig is shared by both ends of the connection.
 func yamuxConfig(logger *slog.Logger) *yamux.Config {

@@ -379,9 +379,7 @@ func DialDaemon(conn *net.UnixConn, deadline time.Time, redial func() (*net.Unix
 	if err := readHello(conn, deadline); err != nil {
 		return nil, err
 	}
-	config := yamuxConfig(slog.New(slog.DiscardHandler))
-	config.MaxStreamWindowSize = directWindow
-	c, err := dial(conn, config)
+	c, err := dial(conn)
 	if err != nil || redial == nil {
 		return c, err
 	}
@@ -419,14 +417,6 @@ func DialDaemon(conn *net.UnixConn, deadline time.Time, redial func() (*net.Unix
 	bulk.CloseIdleConnections()
 	return c, nil
 }
-
-// directWindow is sandboxd's receive window per stream on a direct
-// session: with no dockerd in between, the daemon fills 1 MiB faster than
-// a window update comes back, and waits (100 MiB downloads: 760–810 MiB/s
-// against 560–570 with 1 MiB, BENCHMARKS.md). It bounds what a download
-// whose client stalls holds in sandboxd. (The daemon's own window, for
-// uploads, stays at 1 MiB: 4 MiB made no difference.)
-const directWindow = 4 << 20
 
 // sameUser accepts a peer that runs as uid.
 func sameUser(cred *syscall.Ucred, uid int) error {

@@ -10,6 +10,8 @@ import (
 const (
 	yamuxHeaderSize = 12
 	yamuxTypeData   = 0
+	// yamuxTypeWindowUpdate also opens, acknowledges and closes streams.
+	yamuxTypeWindowUpdate = 1
 	// maxCoalesce is the largest body joined to its header; bigger bodies
 	// are written after it, as yamux does, so no connection keeps a big
 	// buffer.
@@ -27,6 +29,7 @@ type framedConn struct {
 	pending []byte // the header of a data frame, waiting for its body
 	buf     []byte
 	r       *bufio.Reader
+	in      io.Reader // what Read reads: r, or a filter of it
 }
 
 // readBuffer is what one read of the connection may fetch: yamux reads
@@ -40,10 +43,10 @@ func framed(conn io.ReadWriteCloser) *framedConn {
 // framedReader is framed with r, a buffer that may already hold the
 // first bytes of conn.
 func framedReader(conn io.ReadWriteCloser, r *bufio.Reader) *framedConn {
-	return &framedConn{ReadWriteCloser: conn, pending: make([]byte, 0, yamuxHeaderSize), r: r}
+	return &framedConn{ReadWriteCloser: conn, pending: make([]byte, 0, yamuxHeaderSize), r: r, in: r}
 }
 
-func (c *framedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func (c *framedConn) Read(p []byte) (int, error) { return c.in.Read(p) }
 
 func (c *framedConn) Write(p []byte) (int, error) {
 	if len(c.pending) > 0 {
