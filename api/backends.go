@@ -91,9 +91,10 @@ type FileBackend interface {
 	PutUpload(ctx context.Context, id string, r *http.Request, rt http.RoundTripper) error
 }
 
-// EgressBackend serves a sandbox's egress API and the egress counters of
-// /metrics.
+// EgressBackend serves a sandbox's egress API (egress.go) and the egress
+// counters of /metrics.
 type EgressBackend interface {
-	ServeEgress(w http.ResponseWriter, r *http.Request, id, rest string)
+	Policy(id string) (egress.Policy, error)
+	ChangePolicy(ctx context.Context, id string, op lifecycle.PolicyOp, body func() ([]byte, error)) (lifecycle.PolicyChange, error)
 	EgressStats(ctx context.Context) map[string]egress.Stats
 }

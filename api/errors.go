@@ -71,6 +71,7 @@ var kindStatus = map[lifecycle.Kind]int{
 	lifecycle.KindUnavailable:    http.StatusServiceUnavailable,
 	lifecycle.KindInternal:       http.StatusInternalServerError,
 	lifecycle.KindNotImplemented: http.StatusNotImplemented,
+	lifecycle.KindTooLarge:       http.StatusRequestEntityTooLarge,
 }
 
 // fail writes a lifecycle error; anything else is a logged 500.

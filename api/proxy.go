@@ -43,7 +43,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request, id, portTex
 	rest := proxyRest(r.URL.EscapedPath(), portText)
 	if port == lifecycle.EgressPort {
 		// The egress API is sandboxd's own, never the sandbox's.
-		s.egress.ServeEgress(w, r, id, rest)
+		s.serveEgress(w, r, id, rest)
 		return
 	}
 	if port == lifecycle.ExecdPort && r.ContentLength != 0 && rest != "/files/upload" && !requireJSON(w, r) {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -293,10 +292,8 @@ func TestAddressPolicyOnClusterRuntime(t *testing.T) {
 		t.Errorf("domain rule: %v, want the runtime's refusal", err)
 	}
 
-	w := httptest.NewRecorder()
-	m.Egress.ServeEgress(w, httptest.NewRequest(http.MethodGet, "/policy", nil), sb.ID, "/policy")
-	if w.Code != http.StatusNotImplemented {
-		t.Errorf("GET /policy = %d %q, want 501", w.Code, w.Body)
+	if _, err := m.Egress.Policy(sb.ID); !isKind(err, KindNotImplemented) {
+		t.Errorf("GET /policy = %v, want 501 (KindNotImplemented)", err)
 	}
 }
 

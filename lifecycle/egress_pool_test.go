@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -124,15 +122,12 @@ func TestPoolPolicyMembers(t *testing.T) {
 		!slices.Equal(rec.EgressUpstreams, []string{"192.0.2.53:53"}) || rec.EgressHelper == "" {
 		t.Errorf("claimed record: pool %q policy %+v upstreams %v helper %q", rec.Pool, rec.NetworkPolicy, rec.EgressUpstreams, rec.EgressHelper)
 	}
-	w := httptest.NewRecorder()
-	e.m.Egress.ServeEgress(w, httptest.NewRequest(http.MethodGet, "/policy", nil), sb.ID, "/policy")
-	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"target":"pypi.org"`) {
-		t.Errorf("GET /policy of a claimed sandbox: %d %s", w.Code, w.Body)
+	if pol, err := e.m.Egress.Policy(sb.ID); err != nil || len(pol.Egress) != 1 || pol.Egress[0].Target != "pypi.org" {
+		t.Errorf("GET /policy of a claimed sandbox: %+v %v", pol, err)
 	}
-	w = httptest.NewRecorder()
-	e.m.Egress.ServeEgress(w, httptest.NewRequest(http.MethodPatch, "/policy", strings.NewReader(`[{"action":"allow","target":"b.com"}]`)), sb.ID, "/policy")
-	if _, pu := f.state(); w.Code != http.StatusOK || len(pu) != len(pushed)+1 || len(pu[len(pu)-1].Egress) != 2 {
-		t.Errorf("PATCH /policy of a claimed sandbox: %d %s, pushed %+v", w.Code, w.Body, pu)
+	_, err = e.m.Egress.ChangePolicy(t.Context(), sb.ID, PolicyPatch, bodyOf(`[{"action":"allow","target":"b.com"}]`))
+	if _, pu := f.state(); err != nil || len(pu) != len(pushed)+1 || len(pu[len(pu)-1].Egress) != 2 {
+		t.Errorf("PATCH /policy of a claimed sandbox: %v, pushed %+v", err, pu)
 	}
 
 	// Without poolRef: the same spec with the same policy is served from

@@ -55,6 +55,22 @@ func TestParsePolicy(t *testing.T) {
 
 func TestChangePolicy(t *testing.T) {
 	cur := egress.Policy{DefaultAction: egress.Deny, Egress: []egress.Rule{{Action: egress.Allow, Target: "pypi.org"}}}
+	// The statuses are those the api answers for each outcome.
+	status := func(err error) (int, string) {
+		e, ok := AsError(err)
+		switch {
+		case err == nil:
+			return http.StatusOK, ""
+		case !ok:
+			return 0, err.Error()
+		case e.Kind == KindInvalid:
+			return http.StatusBadRequest, e.Message
+		case e.Kind == KindTooLarge:
+			return http.StatusRequestEntityTooLarge, e.Message
+		}
+		return 0, e.Message
+	}
+	ops := map[string]PolicyOp{http.MethodPost: PolicyReplace, http.MethodPut: PolicyReplace, http.MethodPatch: PolicyPatch, http.MethodDelete: PolicyRemove}
 	for _, c := range []struct {
 		method, body string
 		status       int
@@ -75,7 +91,9 @@ func TestChangePolicy(t *testing.T) {
 		{http.MethodDelete, `["x.com"]`, 200, "no matching targets found", "", 1},
 		{http.MethodDelete, `["PYPI.ORG"]`, 200, "", "", 0},
 	} {
-		next, reason, status, msg := changePolicy(c.method, cur, []byte(c.body))
+		ch, err := changePolicy(ops[c.method], cur, []byte(c.body))
+		next, reason := ch.Policy, ch.Reason
+		status, msg := status(err)
 		if status != c.status || reason != c.reason || !strings.HasPrefix(msg, c.msg) || (status == 200 && len(next.Egress) != c.rules) {
 			t.Errorf("%s %s = %+v %q %d %q", c.method, c.body, next, reason, status, msg)
 		}
@@ -85,8 +103,8 @@ func TestChangePolicy(t *testing.T) {
 		many[i] = egress.Rule{Action: egress.Allow, Target: "a.com"}
 	}
 	body, _ := json.Marshal(many)
-	if _, _, status, _ := changePolicy(http.MethodPatch, cur, body); status != http.StatusRequestEntityTooLarge {
-		t.Errorf("over the rule cap: %d, want 413", status)
+	if _, err := changePolicy(PolicyPatch, cur, body); !isKind(err, KindTooLarge) {
+		t.Errorf("over the rule cap: %v, want 413 (KindTooLarge)", err)
 	}
 }
 
@@ -249,10 +267,8 @@ func TestEgressLifecycle(t *testing.T) {
 	}
 
 	// A change goes to the daemon and the store.
-	w := httptest.NewRecorder()
-	e.m.Egress.ServeEgress(w, httptest.NewRequest(http.MethodPatch, "/policy", strings.NewReader(`[{"action":"deny","target":"pypi.org"}]`)), sb.ID, "/policy")
-	if w.Code != http.StatusOK {
-		t.Fatalf("PATCH: %d %s", w.Code, w.Body)
+	if _, err := e.m.Egress.ChangePolicy(t.Context(), sb.ID, PolicyPatch, bodyOf(`[{"action":"deny","target":"pypi.org"}]`)); err != nil {
+		t.Fatalf("PATCH: %v", err)
 	}
 	if rec, _ := e.store.Sandbox(sb.ID); rec.NetworkPolicy.Egress[0].Action != egress.Deny {
 		t.Errorf("stored policy %+v", rec.NetworkPolicy)
@@ -481,4 +497,15 @@ func TestSweepEgress(t *testing.T) {
 	if starts, _ := f.state(); starts != 2 {
 		t.Errorf("a sweep restarted a live daemon: %d starts", starts)
 	}
+}
+
+// bodyOf is a policy write's body.
+func bodyOf(s string) func() ([]byte, error) {
+	return func() ([]byte, error) { return []byte(s), nil }
+}
+
+// isKind reports whether err is a lifecycle *Error of kind k.
+func isKind(err error, k Kind) bool {
+	e, ok := AsError(err)
+	return ok && e.Kind == k
 }

@@ -20,6 +20,7 @@ const (
 	KindInternal                   // 500
 	KindNotImplemented             // 501
 	KindUnprocessable              // 422 (schema-level problems, as FastAPI reports them)
+	KindTooLarge                   // 413
 )
 
 // Error is a domain error with upstream's namespaced code.
