@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/api/console"
 	"github.com/sandboxd/sandboxd/lifecycle"
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
@@ -87,8 +88,11 @@ type ProxyBackend interface {
 // the agent does not (upload.go).
 type FileBackend interface {
 	FilesTransport(ctx context.Context, id string) (http.RoundTripper, error)
+	// FileWriter is the writer of a files transport that takes an
+	// upload's files one by one, or nil (the agent reads the form).
+	FileWriter(rt http.RoundTripper) runtime.FileWriter
 	OpenFile(ctx context.Context, id, path string) (*lifecycle.File, error)
-	PutUpload(ctx context.Context, id string, r *http.Request, rt http.RoundTripper) error
+	PutUpload(ctx context.Context, id string, r *http.Request, fw runtime.FileWriter) error
 }
 
 // EgressBackend serves a sandbox's egress API (egress.go) and the egress

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/lifecycle"
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // proxyTransport returns the agent transport a proxied request goes
@@ -24,13 +25,14 @@ func (s *Server) proxyTransport(w http.ResponseWriter, r *http.Request, id strin
 		return s.proxy.Transport(r.Context(), id)
 	}
 	rt, err := s.files.FilesTransport(r.Context(), id)
+	fw := s.files.FileWriter(rt)
 	switch {
 	case err != nil:
 		return nil, err
 	case rt != nil && download:
 		s.proxyDownload(w, r, id, rt)
-	case upload && (rt == nil || lifecycle.WritesFiles(rt)):
-		s.handleUpload(w, r, id, rt)
+	case upload && (rt == nil || fw != nil):
+		s.handleUpload(w, r, id, fw)
 	case rt != nil:
 		// The agent reads the form itself.
 		return rt, nil
@@ -74,10 +76,10 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, id strin
 	}
 }
 
-// handleUpload writes an execd upload into a sandbox through rt, or into
-// a stopped sandbox (rt nil).
-func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, id string, rt http.RoundTripper) {
-	if err := s.files.PutUpload(r.Context(), id, r, rt); err != nil {
+// handleUpload writes an execd upload into a sandbox through its agent's
+// file writer fw, or into a stopped sandbox (fw nil).
+func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, id string, fw runtime.FileWriter) {
+	if err := s.files.PutUpload(r.Context(), id, r, fw); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -242,6 +242,12 @@ func TestClusterStoreConfiguredInstance(t *testing.T) {
 // (runtime.AddressPolicies), refusing domains as Kubernetes does.
 type addressCluster struct{ *runtimetest.Cluster }
 
+func (c addressCluster) Features() runtime.Features {
+	fs := c.Cluster.Features()
+	fs.AddressPolicies = c
+	return fs
+}
+
 func (addressCluster) CheckAddressPolicy(pol egress.Policy) error {
 	for _, r := range pol.Egress {
 		if _, err := netip.ParsePrefix(r.Target); err != nil {

@@ -18,8 +18,8 @@ import (
 // live there, shared by every replica on that engine; local keeps the rest
 // (snapshots, pools defined through the API), which stay this replica's.
 func StoreFor(rt runtime.Runtime, local *BoltStore) Store {
-	recs, ok := rt.(runtime.Records)
-	if !ok {
+	recs := rt.Features().Records
+	if recs == nil {
 		return local
 	}
 	return &clusterStore{BoltStore: local, recs: recs, pending: map[string]*Record{}}

@@ -112,7 +112,7 @@ func (d *deps) unsupported(what string) error {
 // ensureImage pulls an image where the runtime manages images; others
 // fetch it on Create.
 func (d *deps) ensureImage(ctx context.Context, ref string, auth *runtime.RegistryAuth, platform string, progress func(string)) error {
-	if im, ok := d.rt.(runtime.Images); ok {
+	if im := d.rt.Features().Images; im != nil {
 		return im.EnsureImage(ctx, ref, auth, platform, progress)
 	}
 	return nil
@@ -161,8 +161,7 @@ func (d *deps) agentGet(ctx context.Context, cid, path string) error {
 // be another replica's create in flight: on a runtime shared by replicas,
 // a sandbox's container exists before its record is written to it.
 func (d *deps) othersCreate(c runtime.Container) bool {
-	_, shared := d.rt.(runtime.Leadership)
-	return shared && d.now().Sub(c.Created) < sharedCreateGrace
+	return d.rt.Features().Leadership != nil && d.now().Sub(c.Created) < sharedCreateGrace
 }
 
 // sharedCreateGrace is how long a replica's create may take, image pull

@@ -151,15 +151,15 @@ func (eg *Egress) requestPolicy(np *NetworkPolicy) (*egress.Policy, error) {
 
 // egressRuntime returns the runtime's egress support, if it has any.
 func (eg *Egress) egressRuntime() (runtime.Egress, bool) {
-	er, ok := eg.rt.(runtime.Egress)
-	return er, ok
+	er := eg.rt.Features().Egress
+	return er, er != nil
 }
 
 // checkAddressPolicy refuses pol on a runtime without egress helpers
 // unless the runtime enforces it itself (runtime.AddressPolicies).
 func (eg *Egress) checkAddressPolicy(pol egress.Policy) error {
-	ap, ok := eg.rt.(runtime.AddressPolicies)
-	if !ok {
+	ap := eg.rt.Features().AddressPolicies
+	if ap == nil {
 		return errf(KindInvalid, CodeInvalidParameter, "networkPolicy: this runtime enforces only {\"defaultAction\":\"deny\"} with no egress rules (a sandbox without network)")
 	}
 	if err := ap.CheckAddressPolicy(pol); err != nil {

@@ -127,6 +127,13 @@ type egressFake struct {
 	probes    int
 }
 
+// Features adds egress helpers to the fake's.
+func (f *egressFake) Features() runtime.Features {
+	fs := f.Runtime.Features()
+	fs.Egress = f
+	return fs
+}
+
 type fakeSession struct {
 	h    http.Handler
 	done chan struct{}

@@ -234,7 +234,7 @@ func (x *Expiry) Sweep(ctx context.Context) {
 // left since it could have been a create in flight. recs were read
 // before the list, so a create that finishes meanwhile is still young.
 func (x *Expiry) sweepUnfinished(ctx context.Context, recs []*Record) {
-	if _, shared := x.rt.(runtime.Leadership); !shared {
+	if x.rt.Features().Leadership == nil {
 		return
 	}
 	conts, err := x.rt.List(ctx, map[string]string{LabelInstance: x.instance})
@@ -298,8 +298,8 @@ func (x *Expiry) reap(ctx context.Context, rec *Record) {
 // pause from elsewhere (another client, or a sandboxd before a restart) can
 // leave one: this one never pauses while starting a process in a sandbox.
 func (x *Expiry) repairStuck(ctx context.Context) {
-	rp, ok := x.rt.(runtime.Repairer)
-	if !ok {
+	rp := x.rt.Features().Repairer
+	if rp == nil {
 		return
 	}
 	conts, err := x.rt.List(ctx, map[string]string{LabelInstance: x.instance})

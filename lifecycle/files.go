@@ -126,7 +126,7 @@ func (f *Files) stopped(ctx context.Context, id string) (*Record, runtime.Contai
 	case c.State.Active():
 		return nil, c, errf(KindConflict, CodeNotRunning, "sandbox %s is running but its agent is not: files cannot be moved", id)
 	}
-	if _, ok := f.rt.(runtime.Archive); !ok {
+	if f.rt.Features().Archive == nil {
 		return nil, c, errf(KindConflict, CodeNotRunning, "sandbox %s is not running, and this runtime moves files only through the sandbox's agent", id)
 	}
 	return rec, c, nil
@@ -134,7 +134,7 @@ func (f *Files) stopped(ctx context.Context, id string) (*Record, runtime.Contai
 
 // archive is the runtime's archive copy; only called on a sandbox that
 // stopped returned, which checked that the runtime has it.
-func (f *Files) archive() runtime.Archive { return f.rt.(runtime.Archive) }
+func (f *Files) archive() runtime.Archive { return f.rt.Features().Archive }
 
 // PutFile writes one uploaded file into a stopped sandbox with Docker's
 // archive API (see FilesTransport). Missing parent directories are

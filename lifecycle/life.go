@@ -5,8 +5,6 @@ import (
 	"errors"
 	"sync"
 	"time"
-
-	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // A Manager's life is ordered. Until the first reconcile has finished it
@@ -107,10 +105,10 @@ func (m *Manager) Start() {
 	m.d.life.stop, m.d.life.done = stop, make(chan struct{})
 	done := m.d.life.done
 	m.d.life.mu.Unlock()
-	leader, shared := m.d.rt.(runtime.Leadership)
+	leader := m.d.rt.Features().Leadership
 	go func() {
 		defer close(done)
-		if !shared {
+		if leader == nil {
 			m.lead(ctx)
 			return
 		}

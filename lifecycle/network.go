@@ -32,8 +32,8 @@ func (d *deps) network() runtime.Network {
 // ensureNetwork creates the default network if it is the one in use.
 // Runtimes without isolated networks have no such network to make.
 func (d *deps) ensureNetwork(ctx context.Context) error {
-	nw, ok := d.rt.(runtime.IsolatedNetworks)
-	if d.defaults.network != "" || !ok {
+	nw := d.rt.Features().IsolatedNetworks
+	if d.defaults.network != "" || nw == nil {
 		return nil
 	}
 	if err := nw.EnsureIsolatedNetwork(ctx, DefaultNetwork, map[string]string{LabelNetwork: "isolated"}); err != nil {

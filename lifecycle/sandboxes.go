@@ -657,8 +657,8 @@ func (s *Sandboxes) Resume(ctx context.Context, id string) error {
 // pauseTarget returns the runtime's pause and sandbox id, which must be in
 // state want (running to pause, paused to resume), or the error to answer.
 func (s *Sandboxes) pauseTarget(ctx context.Context, id string, want runtime.State) (runtime.Pauser, *Record, error) {
-	p, ok := s.rt.(runtime.Pauser)
-	if !ok {
+	p := s.rt.Features().Pauser
+	if p == nil {
 		return nil, nil, s.unsupported("pause and resume are")
 	}
 	rec, c, err := s.ready(ctx, id)

@@ -30,8 +30,8 @@ func snapshotView(r *SnapshotRecord) *Snapshot {
 
 // CreateSnapshot commits a running sandbox's filesystem in the background.
 func (sn *Snapshots) CreateSnapshot(ctx context.Context, sandboxID, name string) (*Snapshot, error) {
-	images, ok := sn.rt.(runtime.Images)
-	if !ok {
+	images := sn.rt.Features().Images
+	if images == nil {
 		return nil, errf(KindNotImplemented, CodeSnapshotNotImpl, "snapshots are not supported when runtime.type='%s'", sn.rt.Name())
 	}
 	done, err := sn.life.begin()
@@ -97,8 +97,8 @@ func (sn *Snapshots) settleSnapshot(id string, err error, reasonPrefix string) {
 
 // Reconcile settles snapshots interrupted by a restart.
 func (sn *Snapshots) Reconcile(ctx context.Context) {
-	images, ok := sn.rt.(runtime.Images)
-	if !ok {
+	images := sn.rt.Features().Images
+	if images == nil {
 		return // no snapshot can have been started
 	}
 	snaps, err := sn.store.Snapshots()
@@ -174,7 +174,7 @@ func (sn *Snapshots) DeleteSnapshot(ctx context.Context, id string) error {
 	if s.State == snapshotCreating {
 		return errf(KindConflict, CodeSnapshotState, "snapshot %s is still being created", id)
 	}
-	images, _ := sn.rt.(runtime.Images) // a snapshot exists: the runtime has images
+	images := sn.rt.Features().Images // a snapshot exists: the runtime has images
 	if err := images.RemoveImage(ctx, s.Image); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		if errors.Is(err, runtime.ErrConflict) {
 			return errf(KindConflict, CodeSnapshotConflict, "snapshot %s is in use by a sandbox", id)

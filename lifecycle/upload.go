@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/agent"
 )
 
@@ -20,15 +21,15 @@ const maxRecordedPrefix = 72 << 10
 const maxReadBuffer = 256 << 10
 
 // PutUpload writes the files of an execd upload form, the body of r, into
-// sandbox id, one by one as they arrive: through rt, the transport
-// FilesTransport returned, when it writes files itself (WritesFiles), or,
-// when rt is nil (a stopped sandbox), with Docker's archive API. The form
-// is read here, by the agent's parser, the one parser of uploads (the
-// agent uses it too, when a transport that cannot write files passes it
-// the form), so every path accepts and refuses the same forms.
-func (f *Files) PutUpload(ctx context.Context, id string, r *http.Request, rt http.RoundTripper) error {
+// sandbox id, one by one as they arrive: through fw, the writer FileWriter
+// found on the sandbox's files transport, or, when fw is nil (a stopped
+// sandbox), with Docker's archive API. The form is read here, by the
+// agent's parser, the one parser of uploads (the agent uses it too, when a
+// transport that cannot write files passes it the form), so every path
+// accepts and refuses the same forms.
+func (f *Files) PutUpload(ctx context.Context, id string, r *http.Request, fw runtime.FileWriter) error {
 	var sink fileSink = &archiveSink{files: f, id: id}
-	if fw, ok := rt.(agent.FileWriter); ok {
+	if fw != nil {
 		sink = agentSink{fw}
 	}
 	// multipart reads 4 KiB at a time: a larger buffer below it saves a
@@ -45,11 +46,14 @@ func (f *Files) PutUpload(ctx context.Context, id string, r *http.Request, rt ht
 	return err
 }
 
-// WritesFiles says whether rt, a sandbox's files transport, writes an
-// upload's files itself (then the api hands it the upload, PutUpload).
-func WritesFiles(rt http.RoundTripper) bool {
-	_, ok := rt.(agent.FileWriter)
-	return ok
+// FileWriter returns the writer of rt, a sandbox's files transport, when
+// it writes an upload's files itself (then the api hands it the upload,
+// PutUpload); nil when the agent reads the form.
+func (f *Files) FileWriter(rt http.RoundTripper) runtime.FileWriter {
+	if bulk := f.rt.Features().BulkFiles; bulk != nil && rt != nil {
+		return bulk.FileWriter(rt)
+	}
+	return nil
 }
 
 func uploadError(uerr *agent.UploadError) error {
@@ -72,13 +76,13 @@ type fileSink interface {
 
 // agentSink writes each file through the agent, which is given its data
 // as it arrives, whatever its size: nothing is spooled.
-type agentSink struct{ fw agent.FileWriter }
+type agentSink struct{ fw runtime.FileWriter }
 
 func (agentSink) start(r *http.Request, body io.Reader) { r.Body = io.NopCloser(body) }
 
 func (s agentSink) put(ctx context.Context, meta agent.UploadMeta, _ int, content io.Reader) error {
 	src := &readErr{r: content}
-	err := s.fw.WriteFile(ctx, meta, src)
+	err := s.fw.WriteFile(ctx, runtime.FileMeta{Path: meta.Path, Owner: meta.Owner, Group: meta.Group, Mode: meta.Mode}, src)
 	var uerr *agent.UploadError
 	switch {
 	case err == nil:

@@ -21,8 +21,8 @@ func (d *deps) checkHostPath(ctx context.Context, name, p string) (runtime.Mount
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.Contains(p, "\x00") {
 		return runtime.Mount{}, errf(KindInvalid, CodeVolInvalidHostPath, "volume %q: host path %q must be absolute and normalised (no '..', '//' or trailing '/')", name, p)
 	}
-	hp, ok := d.rt.(runtime.HostPaths)
-	if !ok {
+	hp := d.rt.Features().HostPaths
+	if hp == nil {
 		return runtime.Mount{}, errf(KindInvalid, CodeVolUnsupported, "volume %q: host paths are not supported when runtime.type='%s'", name, d.rt.Name())
 	}
 	mnt, err := hp.CheckHostPath(ctx, p, d.cfg.Storage.AllowedHostPaths, []string{d.cfg.Store.Dir})
@@ -73,8 +73,8 @@ func (d *deps) prepareVolumes(ctx context.Context, vols []Volume) (*preparedVolu
 // removeVolumes removes named volumes, logging failures. Only a runtime
 // with volumes can have made them.
 func (d *deps) removeVolumes(ctx context.Context, names []string) {
-	vols, ok := d.rt.(runtime.Volumes)
-	if !ok {
+	vols := d.rt.Features().Volumes
+	if vols == nil {
 		return
 	}
 	for _, v := range names {
@@ -109,8 +109,8 @@ func (d *deps) addVolumes(ctx context.Context, vols []Volume, pv *preparedVolume
 			name := v.PVC.ClaimName
 			create := v.PVC.CreateIfNotExists == nil || *v.PVC.CreateIfNotExists
 			allowedExisting := slices.Contains(d.cfg.Storage.AllowedVolumes, name)
-			vols, ok := d.rt.(runtime.Volumes)
-			if !ok {
+			vols := d.rt.Features().Volumes
+			if vols == nil {
 				return errf(KindInvalid, CodeVolUnsupported, "volume %q: named volumes are not supported when runtime.type='%s'", v.Name, d.rt.Name())
 			}
 			created, labels, err := vols.EnsureVolume(ctx, name, create, map[string]string{LabelVolumeManaged: "server", LabelInstance: d.instance})

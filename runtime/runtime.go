@@ -1,9 +1,13 @@
 // Package runtime defines what the lifecycle layer needs from an engine that
 // runs sandboxes, in lifecycle's words: a neutral Spec and State, a small
 // core interface (Runtime) and optional capabilities a runtime may lack
-// (Archive, Images, Volumes, Pauser, HostPaths, Records, Leadership,
-// Repairer, IsolatedNetworks, Egress, AddressPolicies), found by interface
-// assertion.
+// (Archive, BulkFiles, Images, Volumes, Pauser, HostPaths, Records,
+// Leadership, Repairer, IsolatedNetworks, Egress, AddressPolicies), which it
+// reports (Runtime.Features): callers never find one by asserting a
+// runtime's type, so a wrapper or a fake offers exactly what it says.
+//
+// The package links only the standard library (and the policy values of
+// runtime/egress): what implements or uses it pulls in no engine client.
 //
 // runtime/docker is the only code in sandboxd that talks to Docker; another
 // engine (Kubernetes) is one more package implementing these interfaces.
@@ -87,6 +91,26 @@ type Runtime interface {
 	// Close releases the engine connection and agent sessions; no call
 	// may follow it.
 	Close() error
+	// Features reports the optional capabilities this runtime has. They
+	// are constant for the runtime's life.
+	Features() Features
+}
+
+// Features are a runtime's optional capabilities: a nil field is one it
+// lacks, and what it serves is then not supported.
+type Features struct {
+	Archive          Archive
+	BulkFiles        BulkFiles
+	Images           Images
+	Volumes          Volumes
+	Pauser           Pauser
+	HostPaths        HostPaths
+	Records          Records
+	Leadership       Leadership
+	Repairer         Repairer
+	IsolatedNetworks IsolatedNetworks
+	Egress           Egress
+	AddressPolicies  AddressPolicies
 }
 
 // Archive is implemented by runtimes that can copy files in and out of a
@@ -104,6 +128,35 @@ type Archive interface {
 	GetArchive(ctx context.Context, id, path string) (io.ReadCloser, PathStat, error)
 	// StatPath describes path inside the sandbox (ErrNotFound if absent).
 	StatPath(ctx context.Context, id, path string) (PathStat, error)
+}
+
+// BulkFiles is implemented by runtimes whose agent transports may take an
+// upload's files one by one, without the upload form (Docker's direct
+// route, where the agent hands sandboxd each file's descriptor). Without
+// it, or for a transport without such a path, uploads go to the agent as
+// forms.
+type BulkFiles interface {
+	// FileWriter returns the writer of t, a transport Agent returned, or
+	// nil if t has none.
+	FileWriter(t http.RoundTripper) FileWriter
+}
+
+// FileWriter writes files into a sandbox through its agent.
+type FileWriter interface {
+	// WriteFile writes content to the file meta describes, creating its
+	// missing parents. A refusal or failure of the agent is the agent's
+	// error, with its status and code; an error reading content is
+	// returned as it is.
+	WriteFile(ctx context.Context, meta FileMeta, content io.Reader) error
+}
+
+// FileMeta is a file's path and permissions, as an execd upload's metadata
+// gives them.
+type FileMeta struct {
+	Path  string
+	Owner string // user name or uid; "" = the agent's
+	Group string // group name or gid; "" = the agent's
+	Mode  int    // octal digits written as a decimal number (644); 0 = the default
 }
 
 // Images is implemented by runtimes that manage images themselves: pulls

@@ -362,6 +362,15 @@ const UploadRoute = "/_sandboxd/upload"
 
 const uploadDone = "done"
 
+// Files returns the file writer of t, a transport of a Client
+// (Transport), or nil if its session has no bulk connections.
+func Files(t http.RoundTripper) FileWriter {
+	if r, ok := t.(router); ok {
+		return r
+	}
+	return nil
+}
+
 // WriteFile implements FileWriter for a session with bulk connections.
 func (r router) WriteFile(ctx context.Context, meta UploadMeta, content io.Reader) error {
 	return r.c.bulk.(*bulkTransport).WriteFile(ctx, meta, content)

@@ -116,8 +116,8 @@ func TestBulkConnections(t *testing.T) {
 
 	// Uploads one by one, by descriptor: the file, its mode, and errors as
 	// the multipart route gives them.
-	fw, ok := c.Transport().(FileWriter)
-	if !ok {
+	fw := Files(c.Transport())
+	if fw == nil {
 		t.Fatal("a session with bulk connections writes no files")
 	}
 	q := filepath.Join(a.dir, "sub", "by-fd.bin")

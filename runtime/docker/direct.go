@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/agent"
 )
 
@@ -95,4 +98,22 @@ func (d *Docker) runningPid(ctx context.Context, id string) (int, error) {
 		return 0, fmt.Errorf("container %s is paused", id)
 	}
 	return info.State.Pid, nil
+}
+
+// FileWriter implements runtime.BulkFiles: a direct session's transport
+// writes an upload's files itself, an exec stream's has no such path.
+func (d *Docker) FileWriter(t http.RoundTripper) runtime.FileWriter {
+	if fw := agent.Files(t); fw != nil {
+		return agentFiles{fw}
+	}
+	return nil
+}
+
+// agentFiles writes files with the agent's own metadata.
+type agentFiles struct{ fw agent.FileWriter }
+
+func (a agentFiles) WriteFile(ctx context.Context, meta runtime.FileMeta, content io.Reader) error {
+	m := agent.UploadMeta{Path: meta.Path}
+	m.Owner, m.Group, m.Mode = meta.Owner, meta.Group, meta.Mode
+	return a.fw.WriteFile(ctx, m, content)
 }

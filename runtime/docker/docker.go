@@ -87,16 +87,15 @@ type Docker struct {
 	pauseSettle      time.Duration // tests shorten it
 }
 
-var (
-	_ runtime.Runtime          = (*Docker)(nil)
-	_ runtime.Archive          = (*Docker)(nil)
-	_ runtime.Images           = (*Docker)(nil)
-	_ runtime.Volumes          = (*Docker)(nil)
-	_ runtime.Pauser           = (*Docker)(nil)
-	_ runtime.HostPaths        = (*Docker)(nil)
-	_ runtime.Repairer         = (*Docker)(nil)
-	_ runtime.IsolatedNetworks = (*Docker)(nil)
-)
+var _ runtime.Runtime = (*Docker)(nil)
+
+// Features implements runtime.Runtime.
+func (d *Docker) Features() runtime.Features {
+	return runtime.Features{
+		Archive: d, BulkFiles: d, Images: d, Volumes: d, Pauser: d, HostPaths: d,
+		Repairer: d, IsolatedNetworks: d, Egress: d,
+	}
+}
 
 // New connects to dockerd, negotiating the API version (1.41 and newer work).
 func New(ctx context.Context, opts Options) (*Docker, error) {

@@ -16,8 +16,6 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
-var _ runtime.Egress = (*Docker)(nil)
-
 // helperSpec is spec made into an egress helper: sandboxd from the agent
 // volume as root with NET_ADMIN (to program nftables) and NET_BIND_SERVICE
 // (the resolver on port 53), nothing else; its main process only holds on.

@@ -6,11 +6,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/network"
-
-	"github.com/sandboxd/sandboxd/runtime"
 )
-
-var _ runtime.IsolatedNetworks = (*Docker)(nil)
 
 // iccOption turns off traffic between the containers of a bridge network
 // (its bridge drops it); traffic to the gateway and beyond is unaffected.

@@ -83,11 +83,14 @@ type Kubernetes struct {
 	dial func(ctx context.Context, pod string, stderr io.Writer) (io.ReadWriteCloser, error)
 }
 
-var (
-	_ runtime.Runtime = (*Kubernetes)(nil)
-	_ runtime.Volumes = (*Kubernetes)(nil)
-	_ runtime.Records = (*Kubernetes)(nil)
-)
+var _ runtime.Runtime = (*Kubernetes)(nil)
+
+// Features implements runtime.Runtime.
+func (k *Kubernetes) Features() runtime.Features {
+	return runtime.Features{
+		Volumes: k, Records: k, Leadership: k, IsolatedNetworks: k, AddressPolicies: k,
+	}
+}
 
 // RestConfig loads the client configuration: the kubeconfig file if one is
 // named or $KUBECONFIG is set, else the in-cluster config (the pod's

@@ -7,8 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-
-	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // Timing is how the Lease is held: a leader that stops renewing it for
@@ -64,5 +62,3 @@ func (k *Kubernetes) Lead(ctx context.Context) (context.Context, error) {
 		return nil, ctx.Err()
 	}
 }
-
-var _ runtime.Leadership = (*Kubernetes)(nil)

@@ -48,6 +48,11 @@ func (c *Cluster) Fake() *Runtime { return c.f }
 // Name is "kubernetes": engine-scoped error codes read KUBERNETES::.
 func (c *Cluster) Name() string { return "kubernetes" }
 
+// Features implements runtime.Runtime: the core, records and a lease.
+func (c *Cluster) Features() runtime.Features {
+	return runtime.Features{Records: c, Leadership: c}
+}
+
 func (c *Cluster) Ping(ctx context.Context) error { return c.f.Ping(ctx) }
 func (c *Cluster) Create(ctx context.Context, spec runtime.Spec) (string, error) {
 	return c.f.Create(ctx, spec)

@@ -70,16 +70,15 @@ type Runtime struct {
 	late        []string // methods called after Close
 }
 
-var (
-	_ runtime.Runtime          = (*Runtime)(nil)
-	_ runtime.Archive          = (*Runtime)(nil)
-	_ runtime.Images           = (*Runtime)(nil)
-	_ runtime.Volumes          = (*Runtime)(nil)
-	_ runtime.Pauser           = (*Runtime)(nil)
-	_ runtime.HostPaths        = (*Runtime)(nil)
-	_ runtime.Repairer         = (*Runtime)(nil)
-	_ runtime.IsolatedNetworks = (*Runtime)(nil)
-)
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// Features implements runtime.Runtime: all Docker has but its bulk files
+// and egress helpers.
+func (f *Runtime) Features() runtime.Features {
+	return runtime.Features{
+		Archive: f, Images: f, Volumes: f, Pauser: f, HostPaths: f, Repairer: f, IsolatedNetworks: f,
+	}
+}
 
 // New returns an empty runtime that stamps containers' creation with now,
 // so that tests on a fake clock see consistent times. Its agent answers
