@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-
-	"golang.org/x/time/rate"
 )
 
 // Sessions keeps one agent session per sandbox for a runtime, connecting
@@ -23,7 +21,7 @@ type slot struct {
 	client *Client
 	// logLimit bounds the agent's stderr lines sandboxd logs, across
 	// restarts of the agent: sandbox code can write there.
-	logLimit *rate.Limiter
+	logLimit *LogLimit
 }
 
 // NewSessions returns an empty set.
@@ -66,7 +64,7 @@ func (s *Sessions) Get(ctx context.Context, id string, connect func(context.Cont
 }
 
 // LogLimit returns the stderr limiter of sandbox id (see NewStderrLog).
-func (s *Sessions) LogLimit(id string) *rate.Limiter { return s.slot(id).logLimit }
+func (s *Sessions) LogLimit(id string) *LogLimit { return s.slot(id).logLimit }
 
 // Drop closes and forgets the session of sandbox id.
 func (s *Sessions) Drop(id string) {

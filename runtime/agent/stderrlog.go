@@ -5,26 +5,46 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/time/rate"
 )
 
-// Lines of an agent's stderr logged per second, and in a burst.
+// What of an agent's stderr sandboxd logs, per sandbox: lines per second
+// and in a burst, and bytes of them (as cut and cleaned, see clean) per
+// second and in a burst. A logged line is at most MaxLoggedLine bytes
+// before the log handler escapes it, which at most doubles it.
 const (
-	stderrLogRate  = 10
-	stderrLogBurst = 100
+	stderrLogRate      = 10
+	stderrLogBurst     = 100
+	stderrLogBytes     = 4 << 10
+	stderrLogByteBurst = 64 << 10
+	MaxLoggedLine      = 1 << 10
 )
 
-// NewStderrLimit returns the limiter that bounds the lines of one sandbox's
-// agent stderr that sandboxd logs; keep it across restarts of the agent:
-// sandbox code can write there.
-func NewStderrLimit() *rate.Limiter { return rate.NewLimiter(stderrLogRate, stderrLogBurst) }
+// LogLimit is the budget of one sandbox's relayed log: lines and bytes.
+type LogLimit struct {
+	lines, bytes *rate.Limiter
+}
+
+// NewStderrLimit returns the budget of one sandbox's agent stderr that
+// sandboxd logs; keep it across restarts of the agent: sandbox code can
+// write there.
+func NewStderrLimit() *LogLimit {
+	return &LogLimit{rate.NewLimiter(stderrLogRate, stderrLogBurst), rate.NewLimiter(stderrLogBytes, stderrLogByteBurst)}
+}
+
+// allow takes a line of n bytes from the budget, if it has room.
+func (l *LogLimit) allow(n int) bool {
+	now := time.Now()
+	return l.bytes.AllowN(now, n) && l.lines.AllowN(now, 1)
+}
 
 // NewStderrLog returns a writer for an agent's stderr (its exec stream's)
-// that logs it line by line to log, at most as fast as limit allows.
-func NewStderrLog(log *slog.Logger, limit *rate.Limiter) io.WriteCloser {
+// that logs it line by line to log, within limit.
+func NewStderrLog(log *slog.Logger, limit *LogLimit) io.WriteCloser {
 	return &lineLogger{log: log, limit: limit}
 }
 
@@ -41,8 +61,11 @@ type lineLogger struct {
 	mu      sync.Mutex
 	log     *slog.Logger
 	partial []byte
-	limit   *rate.Limiter
-	dropped atomic.Int64 // lines not logged and not yet reported
+	limit   *LogLimit
+
+	dropMu       sync.Mutex
+	dropped      int64 // lines not logged and not yet reported
+	droppedBytes int64 // their bytes, as cut and cleaned
 }
 
 func (l *lineLogger) Write(p []byte) (int, error) {
@@ -64,23 +87,64 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// emit logs line, or counts it when over the rate, and empties the
+// emit logs line, or counts it when over the budget, and empties the
 // partial line.
 func (l *lineLogger) emit(line []byte) {
-	if l.limit.Allow() {
-		l.log.Warn("agent", "line", string(line))
-	} else if l.dropped.Add(1) == 1 {
-		// The count is reported a second after the first drop: at most
-		// one line a second for a flood, and seen even if it ends.
-		time.AfterFunc(time.Second, l.reportDropped)
+	text, cut := clean(line)
+	if l.limit.allow(len(text)) {
+		if cut > 0 {
+			l.log.Warn("agent", "line", text, "cut_bytes", cut)
+		} else {
+			l.log.Warn("agent", "line", text)
+		}
+	} else {
+		l.dropMu.Lock()
+		l.dropped++
+		l.droppedBytes += int64(len(text))
+		if l.dropped == 1 {
+			// The count is reported a second after the first drop: at
+			// most one line a second for a flood, and seen even if it ends.
+			time.AfterFunc(time.Second, l.reportDropped)
+		}
+		l.dropMu.Unlock()
 	}
 	l.partial = l.partial[:0]
 }
 
 func (l *lineLogger) reportDropped() {
-	if n := l.dropped.Swap(0); n > 0 {
-		l.log.Warn("agent log lines dropped (over the rate limit)", "dropped", n)
+	l.dropMu.Lock()
+	n, b := l.dropped, l.droppedBytes
+	l.dropped, l.droppedBytes = 0, 0
+	l.dropMu.Unlock()
+	if n > 0 {
+		l.log.Warn("agent log lines dropped (over the rate limit)", "dropped", n, "dropped_bytes", b)
 	}
+}
+
+// clean returns line as it is logged, cut to MaxLoggedLine bytes, with
+// control characters, line separators and invalid UTF-8 replaced by '?'
+// (a handler would escape each into up to 6 bytes), and how many bytes
+// were cut.
+func clean(line []byte) (string, int) {
+	cut := 0
+	if len(line) > MaxLoggedLine {
+		cut = len(line) - MaxLoggedLine
+		line = line[:MaxLoggedLine]
+	}
+	b := make([]byte, 0, len(line))
+	for len(line) > 0 {
+		r, size := utf8.DecodeRune(line)
+		switch {
+		case r == '\t':
+			b = append(b, '\t')
+		case r == utf8.RuneError && size <= 1, unicode.IsControl(r), r == '\u2028', r == '\u2029':
+			b = append(b, '?')
+		default:
+			b = append(b, line[:size]...)
+		}
+		line = line[size:]
+	}
+	return string(b), cut
 }
 
 // Close logs an unterminated last line and what was dropped.

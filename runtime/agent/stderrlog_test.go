@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -46,12 +47,13 @@ func TestLineLogger(t *testing.T) {
 		{"split across writes", []string{"hel", "lo\nwor", "ld\n"}, []string{"hello", "world"}},
 		{"several in one write", []string{"a\nb\n\nc\n"}, []string{"a", "b", "", "c"}},
 		{"unterminated last line on close", []string{"a\nlast"}, []string{"a", "last"}},
-		{"over-long partial line cut", []string{long, "z\n"}, []string{long, "z"}},
+		{"over-long partial line cut", []string{long, "z\n"}, []string{long[:MaxLoggedLine], "z"}},
+		{"control characters and bad UTF-8 replaced", []string{"a\x1b[31mb\tc\xff\u2028é\n"}, []string{"a?[31mb\tc??é"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
-			l := &lineLogger{log: slog.New(recordLines{&got}), limit: rate.NewLimiter(rate.Inf, 0)}
+			l := &lineLogger{log: slog.New(recordLines{&got}), limit: &LogLimit{rate.NewLimiter(rate.Inf, 0), rate.NewLimiter(rate.Inf, 0)}}
 			for _, w := range tt.writes {
 				if n, err := l.Write([]byte(w)); n != len(w) || err != nil {
 					t.Fatalf("Write = %d, %v", n, err)
@@ -70,7 +72,7 @@ func TestLineLogger(t *testing.T) {
 // what was dropped.
 func TestLineLoggerRateLimit(t *testing.T) {
 	var buf bytes.Buffer
-	l := &lineLogger{log: slog.New(slog.NewTextHandler(&buf, nil)), limit: rate.NewLimiter(rate.Every(time.Hour), 5)}
+	l := &lineLogger{log: slog.New(slog.NewTextHandler(&buf, nil)), limit: &LogLimit{rate.NewLimiter(rate.Every(time.Hour), 5), rate.NewLimiter(rate.Inf, 0)}}
 	for range 20000 {
 		l.Write([]byte("flood\n"))
 	}
@@ -88,5 +90,50 @@ func TestLineLoggerRateLimit(t *testing.T) {
 	}
 	if dropped != 19995 {
 		t.Errorf("log counts %d dropped lines, want 19995:\n%s", dropped, out)
+	}
+}
+
+// Long lines of characters a handler escapes (the worst case: 64 KiB of
+// control bytes, ×6 once escaped) get into sandboxd's log no more than
+// the byte budget allows, each cut to MaxLoggedLine, and the dropped
+// bytes are counted.
+func TestLineLoggerByteBudget(t *testing.T) {
+	var buf bytes.Buffer
+	l := &lineLogger{log: slog.New(slog.NewJSONHandler(&buf, nil)), limit: NewStderrLimit()}
+	line := append(bytes.Repeat([]byte{1}, maxLogLine-1), '\n')
+	const lines = stderrLogBurst // within the burst of lines: only bytes limit them
+	for range lines {
+		l.Write(line)
+	}
+	l.Close()
+	var logged, dropped int
+	for _, rec := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var r struct {
+			Line         string
+			CutBytes     int `json:"cut_bytes"`
+			DroppedBytes int `json:"dropped_bytes"`
+		}
+		if err := json.Unmarshal([]byte(rec), &r); err != nil {
+			t.Fatalf("%v: %.200s", err, rec)
+		}
+		if len(r.Line) > MaxLoggedLine {
+			t.Errorf("a line of %d bytes was logged", len(r.Line))
+		}
+		if r.Line != "" && r.CutBytes != maxLogLine-1-MaxLoggedLine {
+			t.Errorf("cut_bytes = %d, want %d", r.CutBytes, maxLogLine-1-MaxLoggedLine)
+		}
+		if r.Line != "" {
+			logged++
+		}
+		dropped += r.DroppedBytes
+	}
+	if want := stderrLogByteBurst / MaxLoggedLine; logged < want-1 || logged > want+1 {
+		t.Errorf("logged %d lines of %d bytes, want about %d (the byte burst)", logged, MaxLoggedLine, want)
+	}
+	if want := (lines - logged) * MaxLoggedLine; dropped != want {
+		t.Errorf("dropped_bytes = %d, want %d", dropped, want)
+	}
+	if max := 2*stderrLogByteBurst + lines*200; buf.Len() > max {
+		t.Errorf("%d bytes logged for %d lines, more than %d", buf.Len(), lines, max)
 	}
 }
