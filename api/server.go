@@ -20,6 +20,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/sandboxd/sandboxd/api/console"
+	"github.com/sandboxd/sandboxd/api/mcp"
 	"github.com/sandboxd/sandboxd/config"
 	"github.com/sandboxd/sandboxd/lifecycle"
 )
@@ -88,6 +89,8 @@ func (s *Server) routes() {
 	r.HandleFunc("/metrics", s.handleMetrics).Methods(http.MethodGet)
 	s.debugRoutes(r)
 	s.consoleRoutes(r)
+	// MCP tools, a client of this API with the caller's key (docs/mcp.md).
+	r.Handle(mcp.Path, mcp.Handler(s, mcp.Options{}, s.log))
 	for _, prefix := range []string{"", "/v1"} {
 		// Full paths on the top router: gorilla/mux subrouters lose the
 		// 405 for a known path with the wrong method (mux issue #751).
@@ -268,8 +271,11 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	key := r.Header.Get(headerAPIKey)
-	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && key == "" && r.URL.Path == "/metrics" {
-		key = bearer // what Prometheus scrapers can send
+	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && key == "" && (r.URL.Path == "/metrics" || r.URL.Path == mcp.Path) {
+		key = bearer // what Prometheus scrapers and MCP clients can send
+	}
+	if r.URL.Path == mcp.Path && (key == "" || !s.validKey(key)) {
+		w.Header().Set("WWW-Authenticate", "Bearer") // MCP's HTTP auth; no OAuth metadata
 	}
 	if key == "" {
 		writeError(w, r, http.StatusUnauthorized, "MISSING_API_KEY", "Authentication credentials are missing. Provide API key via OPEN-SANDBOX-API-KEY header.")

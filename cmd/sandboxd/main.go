@@ -7,6 +7,7 @@
 //	sandboxd agent                            (runs inside sandboxes)
 //	sandboxd install-agent DIR                (init container of Kubernetes sandbox pods)
 //	sandboxd egress hold|guard|serve          (runs in egress helpers)
+//	sandboxd mcp [--domain D] [--no-create]   MCP tools over stdio, against a running server
 //	sandboxd ls|create|exec|shell|cp|logs|renew|pause|resume|kill ...   (client; see package cli)
 package main
 
@@ -54,6 +55,8 @@ func main() {
 		err = agent.Main(context.Background(), args, log)
 	case "install-agent":
 		err = installAgent(args)
+	case "mcp":
+		err = runMCP(args)
 	case "egress":
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		err = guard.Main(context.Background(), args, log)
@@ -61,7 +64,7 @@ func main() {
 		if code, ok := cli.Run(cmd, args); ok {
 			os.Exit(code)
 		}
-		err = fmt.Errorf("unknown command %q (commands: serve, init-config, version, agent, %s)", cmd, strings.Join(cli.Names(), ", "))
+		err = fmt.Errorf("unknown command %q (commands: serve, init-config, version, agent, mcp, %s)", cmd, strings.Join(cli.Names(), ", "))
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandboxd:", err)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
@@ -59,6 +60,14 @@ func resolveTarget(configPath, domain string, getenv func(string) string) (targe
 		return target{}, err
 	}
 	return target{base: u, key: key}, nil
+}
+
+// Target returns the server's base URL and the key that the client
+// commands use given the --config and --domain flags' values (empty when
+// not given): the flags, then the environment, then the config file.
+func Target(configPath, domain string) (*url.URL, string, error) {
+	t, err := resolveTarget(configPath, domain, os.Getenv)
+	return t.base, t.key, err
 }
 
 // loadConfig reads the server's config file; a missing default file
