@@ -167,3 +167,20 @@ func (d *deps) othersCreate(c runtime.Container) bool {
 // sharedCreateGrace is how long a replica's create may take, image pull
 // included, before a leader counts its container as left behind.
 const sharedCreateGrace = 10 * time.Minute
+
+// removeLabelled removes, by id, every container that carries labels
+// (matched as List matches them): Remove takes ids only, and this is the
+// way to a container whose id is not known (its create never answered, an
+// egress helper found by its sandbox). None is done.
+func (d *deps) removeLabelled(ctx context.Context, labels map[string]string) error {
+	conts, err := d.rt.List(ctx, labels)
+	if err != nil {
+		return err
+	}
+	for _, c := range conts {
+		if err := d.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}

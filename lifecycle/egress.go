@@ -27,6 +27,11 @@ const LabelEgressInstance = "opensandbox.io/sandboxd-egress-instance"
 
 func egressName(id string) string { return containerName(id) + "-egress" }
 
+// helperLabels are the labels of sandbox id's egress helper.
+func helperLabels(id, instance string) map[string]string {
+	return map[string]string{LabelEgressFor: id, LabelEgressInstance: instance}
+}
+
 // egressLinks are the live control sessions to the egress daemons, by
 // sandbox id.
 type egressLinks struct {
@@ -329,7 +334,7 @@ func (eg *Egress) createHelper(ctx context.Context, rec *Record, image, platform
 	er, _ := eg.egressRuntime()
 	hid, err := er.CreateEgressHelper(ctx, containerName(rec.ID), runtime.Spec{
 		Name: egressName(rec.ID), Image: image, Platform: platform,
-		Labels: map[string]string{LabelEgressFor: rec.ID, LabelEgressInstance: eg.instance},
+		Labels: helperLabels(rec.ID, eg.instance),
 	}, eg.egressArgs(rec))
 	if err != nil {
 		return "", fmt.Errorf("egress helper: %w", err)
@@ -416,7 +421,7 @@ func (eg *Egress) replaceHelper(ctx context.Context, rec *Record) error {
 	if sb.State != runtime.StateRunning {
 		return fmt.Errorf("sandbox container is %s: its egress helper is replaced once it runs", sb.State)
 	}
-	if err := eg.rt.Remove(ctx, egressName(rec.ID)); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if err := eg.removeLabelled(ctx, helperLabels(rec.ID, eg.instance)); err != nil {
 		return err
 	}
 	var platform string
@@ -564,7 +569,7 @@ func (eg *Egress) removeEgress(ctx context.Context, rec *Record) error {
 	if rec.NetworkPolicy == nil {
 		return nil
 	}
-	if err := eg.rt.Remove(ctx, egressName(rec.ID)); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if err := eg.removeLabelled(ctx, helperLabels(rec.ID, eg.instance)); err != nil {
 		return err
 	}
 	return nil

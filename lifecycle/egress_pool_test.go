@@ -168,7 +168,11 @@ func TestPoolPolicyIdleDaemon(t *testing.T) {
 	close(f.sessions[0].done)
 	close(f.sessions[1].done)
 	f.mu.Unlock()
-	if err := e.rt.Remove(ctx, egressName(idle[1].id)); err != nil {
+	h, err := e.rt.Inspect(ctx, egressName(idle[1].id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.Remove(ctx, h.ID); err != nil {
 		t.Fatal(err)
 	}
 	e.m.Pools.mu.Lock()

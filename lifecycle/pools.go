@@ -451,17 +451,20 @@ func (ps *Pools) take(name, key string) (poolMember, bool) {
 	return mem, true
 }
 
-// removeMember removes a member's container (by id, or by name when its
-// creation failed before an id was known) and its egress helper.
+// removeMember removes a member's container (by id, or found by its
+// labels when its creation failed before an id was known) and its egress
+// helper.
 func (ps *Pools) removeMember(ctx context.Context, mem poolMember) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	ref := mem.cid
-	if ref == "" {
-		ref = containerName(mem.id)
+	var err error
+	if mem.cid == "" {
+		err = ps.removeLabelled(ctx, map[string]string{LabelID: mem.id, LabelInstance: ps.instance})
+	} else if err = ps.rt.Remove(ctx, mem.cid); errors.Is(err, runtime.ErrNotFound) {
+		err = nil
 	}
-	if err := ps.rt.Remove(ctx, ref); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-		ps.log.Error("remove pool member", "container", ref, "err", err)
+	if err != nil {
+		ps.log.Error("remove pool member", "sandbox_id", mem.id, "container", mem.cid, "err", err)
 	}
 	if err := ps.egress.removeEgress(ctx, &Record{ID: mem.id, NetworkPolicy: mem.policy}); err != nil {
 		ps.log.Error("remove pool member's egress helper", "sandbox_id", mem.id, "err", err)

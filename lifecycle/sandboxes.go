@@ -390,10 +390,13 @@ func (s *Sandboxes) provision(ctx context.Context, p *createPlan) (*Sandbox, err
 
 // destroy removes a sandbox's container, managed volumes and record.
 func (s *Sandboxes) destroy(ctx context.Context, rec *Record, cid string) error {
+	var err error
 	if cid == "" {
-		cid = containerName(rec.ID)
+		err = s.removeLabelled(ctx, map[string]string{LabelID: rec.ID, LabelInstance: s.instance})
+	} else if err = s.rt.Remove(ctx, cid); errors.Is(err, runtime.ErrNotFound) {
+		err = nil
 	}
-	if err := s.rt.Remove(ctx, cid); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if err != nil {
 		return err
 	}
 	if err := s.egress.removeEgress(ctx, rec); err != nil {

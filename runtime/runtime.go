@@ -74,7 +74,8 @@ type Runtime interface {
 	// OOMKilled and FinishedAt; Inspect has them.
 	List(ctx context.Context, labels map[string]string) ([]Container, error)
 	// Remove kills and removes a sandbox and what the runtime made for it
-	// alone (anonymous volumes, pinned mounts). ErrNotFound if it was
+	// alone (anonymous volumes, pinned mounts). id is the one Create
+	// returned (or List found), never a name. ErrNotFound if it was
 	// already gone, which callers treat as done.
 	Remove(ctx context.Context, id string) error
 	// Logs streams the sandbox's main process output (stdout and stderr

@@ -461,11 +461,15 @@ func (f *Runtime) Remove(ctx context.Context, id string) error {
 	if err := f.call(ctx, "Remove", id); err != nil && !errors.Is(err, runtime.ErrContainerTimeout) {
 		return err
 	}
-	return f.with(id, func(c *container) error {
-		delete(f.containers, c.c.ID)
-		delete(f.stuck, c.c.ID)
-		return nil
-	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// By id only, as the contract says (an engine may not take names).
+	if _, ok := f.containers[id]; !ok {
+		return fmt.Errorf("container %s: %w", id, runtime.ErrNotFound)
+	}
+	delete(f.containers, id)
+	delete(f.stuck, id)
+	return nil
 }
 
 // Pause, like Docker's, refuses a container that is not running or
