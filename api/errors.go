@@ -87,7 +87,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	status := kindStatus[e.Kind]
-	if status >= 500 {
+	if status >= 500 && status != http.StatusNotImplemented {
 		s.log.Error("request failed", "request_id", lifecycle.RequestID(r.Context()), "path", r.URL.Path, "code", lifecycle.WireCode(e.Code, s.engine), "err", err)
 	}
 	s.refuse(w, r, status, e.Code, e.Message)

@@ -112,7 +112,10 @@ func (s *Server) routes() {
 		p("/sandboxes/{id}/diagnostics/events", s.handleEvents).Methods(http.MethodGet)
 		p("/sandboxes/{id}/diagnostics/{what}", s.handleDiagnosticsNotImplemented).Methods(http.MethodGet)
 		s.poolRoutes(p)
+		s.templateRoutes(p)
 	}
+	// Only under /v1, as upstream (its /metrics/events is a 404).
+	r.HandleFunc("/v1/metrics/events", s.handleMetricsEvent).Methods(http.MethodPost)
 }
 
 // routeAdder registers a route under one of the API's prefixes.

@@ -111,6 +111,9 @@ func (s *Sandboxes) Create(ctx context.Context, req CreateRequest) (*Sandbox, er
 // nothing but the request come first, then those that read state (the
 // snapshot, the engine for volumes).
 func (s *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, error) {
+	if err := checkUpstreamOnly(req, s.rt.Name()); err != nil {
+		return nil, err
+	}
 	poolRef, err := s.warm.applyPoolRef(&req)
 	if err != nil {
 		return nil, err

@@ -68,26 +68,29 @@ func WireCode(code, rt string) string {
 
 // Error codes (reference §1.9).
 const (
-	CodeSandboxNotFound     = EngineScope + "SANDBOX_NOT_FOUND"
-	CodeInvalidParameter    = "SANDBOX::INVALID_PARAMETER"
-	CodeInvalidMetadata     = "SANDBOX::INVALID_METADATA_LABEL"
-	CodeReservedMetadata    = "INVALID_METADATA_LABEL"
-	CodeInvalidMetaFormat   = "INVALID_METADATA_FORMAT"
-	CodeNotRunning          = EngineScope + "SANDBOX_NOT_RUNNING"
-	CodeNotPaused           = EngineScope + "SANDBOX_NOT_PAUSED"
-	CodePauseFailed         = EngineScope + "SANDBOX_PAUSE_FAILED"
-	CodeResumeFailed        = EngineScope + "SANDBOX_RESUME_FAILED"
-	CodeInvalidExpiration   = EngineScope + "INVALID_EXPIRATION"
-	CodeInvalidPort         = EngineScope + "INVALID_PORT"
-	CodeImagePullFailed     = EngineScope + "SANDBOX_IMAGE_PULL_FAILED"
-	CodeStartFailed         = EngineScope + "SANDBOX_START_FAILED"
-	CodeDeleteFailed        = EngineScope + "SANDBOX_DELETE_FAILED"
-	CodeQueryFailed         = EngineScope + "SANDBOX_QUERY_FAILED"
-	CodeEngineUnavailable   = EngineScope + "INITIALIZATION_ERROR"
-	CodeEngineTimeout       = EngineScope + "SANDBOX_ENGINE_TIMEOUT"
-	CodeAgentFailed         = EngineScope + "SANDBOX_EXECD_START_FAILED"
-	CodeAPINotSupported     = "SANDBOX::API_NOT_SUPPORTED"
-	CodeUnsupportedPoolRef  = "SANDBOX::UNSUPPORTED_POOL_REF"
+	CodeSandboxNotFound    = EngineScope + "SANDBOX_NOT_FOUND"
+	CodeInvalidParameter   = "SANDBOX::INVALID_PARAMETER"
+	CodeInvalidMetadata    = "SANDBOX::INVALID_METADATA_LABEL"
+	CodeReservedMetadata   = "INVALID_METADATA_LABEL"
+	CodeInvalidMetaFormat  = "INVALID_METADATA_FORMAT"
+	CodeNotRunning         = EngineScope + "SANDBOX_NOT_RUNNING"
+	CodeNotPaused          = EngineScope + "SANDBOX_NOT_PAUSED"
+	CodePauseFailed        = EngineScope + "SANDBOX_PAUSE_FAILED"
+	CodeResumeFailed       = EngineScope + "SANDBOX_RESUME_FAILED"
+	CodeInvalidExpiration  = EngineScope + "INVALID_EXPIRATION"
+	CodeInvalidPort        = EngineScope + "INVALID_PORT"
+	CodeImagePullFailed    = EngineScope + "SANDBOX_IMAGE_PULL_FAILED"
+	CodeStartFailed        = EngineScope + "SANDBOX_START_FAILED"
+	CodeDeleteFailed       = EngineScope + "SANDBOX_DELETE_FAILED"
+	CodeQueryFailed        = EngineScope + "SANDBOX_QUERY_FAILED"
+	CodeEngineUnavailable  = EngineScope + "INITIALIZATION_ERROR"
+	CodeEngineTimeout      = EngineScope + "SANDBOX_ENGINE_TIMEOUT"
+	CodeAgentFailed        = EngineScope + "SANDBOX_EXECD_START_FAILED"
+	CodeAPINotSupported    = "SANDBOX::API_NOT_SUPPORTED"
+	CodeUnsupportedPoolRef = "SANDBOX::UNSUPPORTED_POOL_REF"
+	// CodeTemplateUnsupported is upstream's FSB_UNSUPPORTED (fast-sandbox
+	// templates), answered with 501 where there are no templates.
+	CodeTemplateUnsupported = "FSB::API_NOT_SUPPORTED"
 	CodeSnapshotNotFound    = "SNAPSHOT::NOT_FOUND"
 	CodeSnapshotNotReady    = "SNAPSHOT::NOT_READY"
 	CodeSnapshotState       = "SNAPSHOT::INVALID_STATE"
@@ -182,6 +185,16 @@ type CreateRequest struct {
 	// does.
 	ResourceRequests map[string]string `json:"resourceRequests"`
 	Lifecycle        json.RawMessage   `json:"lifecycle"`
+
+	// Upstream 1.1.1: a fast-sandbox template and the credential proxy,
+	// neither of which sandboxd has; see checkUpstreamOnly.
+	TemplateID      string           `json:"templateId"`
+	CredentialProxy *CredentialProxy `json:"credentialProxy"`
+}
+
+// CredentialProxy is upstream's credentialProxy of a create request.
+type CredentialProxy struct {
+	Enabled bool `json:"enabled"`
 }
 
 // NetworkPolicy is upstream's egress policy. sandboxd enforces only
