@@ -3,9 +3,13 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/docker/docker/api/types/container"
 )
 
 // TestLifecycleSnapshots snapshots a sandbox holding a file, restores it
@@ -120,4 +124,115 @@ func TestLifecycleSnapshots(t *testing.T) {
 type lcSnapshotList struct {
 	Items      []lcSnapshot `json:"items"`
 	Pagination lcPage       `json:"pagination"`
+}
+
+// snapshotReady snapshots a sandbox and waits for the snapshot to be
+// Ready; its image is removed at the end of the test.
+func snapshotReady(t testing.TB, s *Server, sandboxID string) lcSnapshot {
+	t.Helper()
+	var snap lcSnapshot
+	s.doJSON(t, http.MethodPost, sandboxPath(sandboxID, "/snapshots"), nil, http.StatusAccepted, &snap)
+	removeImageAtEnd(t, "opensandbox-snapshots:"+snap.ID)
+	waitUntil(t, stateWait, "snapshot "+snap.ID+" to be Ready", func() bool {
+		snap = decodeJSON[lcSnapshot](t, getBody(t, s, "/v1/snapshots/"+snap.ID))
+		if snap.Status.State == "Failed" {
+			t.Fatalf("snapshot failed: %+v", snap)
+		}
+		return snap.Status.State == "Ready"
+	})
+	return snap
+}
+
+// TestSnapshotKeepsOnlyTheFilesystem: a snapshot carries its sandbox's
+// files, not what the sandbox's create set (env with its secrets,
+// metadata labels, pool labels) nor the agent's files (a background
+// command's output); a restore has only what its own request sets. The
+// sources are a sandbox created with env and metadata, and one claimed
+// from a pool whose template sets env.
+func TestSnapshotKeepsOnlyTheFilesystem(t *testing.T) {
+	s := startServer(t)
+	pool := map[string]any{
+		"name": "snapsrc",
+		"template": map[string]any{
+			"image":          map[string]any{"uri": imageBusybox},
+			"entrypoint":     []string{"tail", "-f", "/dev/null"},
+			"resourceLimits": map[string]string{"cpu": "1", "memory": "512Mi"},
+			"env":            map[string]string{"SECRET": "pool-secret-x"},
+		},
+		"capacitySpec": map[string]int{"bufferMax": 1, "bufferMin": 1, "poolMax": 1, "poolMin": 0},
+	}
+	s.doJSON(t, http.MethodPost, "/v1/pools", pool, http.StatusCreated, nil)
+	waitPool(t, s, "snapsrc", 1)
+	sources := map[string]lcSandbox{
+		"created": createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{
+			"env":      map[string]string{"SECRET": "create-secret-x"},
+			"metadata": map[string]string{"owner": "alice"},
+		})),
+		"pooled": createSandbox(t, s, "/v1/sandboxes", map[string]any{
+			"extensions": map[string]string{"poolRef": "snapsrc"}, "timeout": 600, "metadata": map[string]string{"owner": "alice"},
+		}),
+	}
+	for name, src := range sources {
+		t.Run(name, func(t *testing.T) {
+			if got := runCommand(t, s, src.ID, "echo $SECRET"); !strings.HasSuffix(got, "-secret-x") {
+				t.Fatalf("source's SECRET is %q: the test does not test what it says", got)
+			}
+			uploadFile(t, s, src.ID, "/data/kept.txt", "the filesystem")
+			s.doJSON(t, http.MethodPost, proxyPath(src.ID, "/command"), map[string]any{"command": "echo agent-output-secret; sleep 300", "background": true}, http.StatusOK, nil)
+			snap := snapshotReady(t, s, src.ID)
+
+			cfg := imageConfig(t, "opensandbox-snapshots:"+snap.ID)
+			for _, kv := range cfg.Env {
+				if strings.HasPrefix(kv, "SECRET=") {
+					t.Errorf("snapshot image env has %q, want no SECRET", kv)
+				}
+			}
+			for k := range cfg.Labels {
+				t.Errorf("snapshot image has label %q (the source image has none)", k)
+			}
+
+			restored := createSandbox(t, s, "/v1/sandboxes", map[string]any{
+				"snapshotId": snap.ID, "timeout": 600, "resourceLimits": map[string]string{"cpu": "1", "memory": "512Mi"},
+				"env": map[string]string{"OWN": "restore-value"},
+			})
+			if got := runCommand(t, s, restored.ID, "cat /data/kept.txt"); got != "the filesystem" {
+				t.Errorf("restored /data/kept.txt = %q, want the source's file", got)
+			}
+			if got := runCommand(t, s, restored.ID, "env | grep -c SECRET; echo $OWN"); got != "0\nrestore-value" {
+				t.Errorf("restored sandbox: SECRET count and OWN = %q, want 0 and the restore's own env", got)
+			}
+			if got := runCommand(t, s, restored.ID, "grep -rl agent-output-secret /tmp /var/tmp 2>/dev/null; ls -a /tmp"); strings.Contains(got, "agent-output-secret") || strings.Contains(got, "sandboxd-") {
+				t.Errorf("restored sandbox holds the agent's output files: %q", got)
+			}
+			info := sandboxContainer(t, restored.ID)
+			for _, kv := range info.Config.Env {
+				if strings.HasPrefix(kv, "SECRET=") {
+					t.Errorf("restored container env has %q", kv)
+				}
+			}
+			for k, v := range info.Config.Labels {
+				if k == "owner" || k == labelPool || strings.Contains(k, "pool") || v == src.ID {
+					t.Errorf("restored container has the source's label %s=%q", k, v)
+				}
+			}
+			if md := getSandbox(t, s, "/v1", restored.ID).Metadata; len(md) != 0 {
+				t.Errorf("restored sandbox metadata %v, want none (its request set none)", md)
+			}
+		})
+	}
+}
+
+// imageConfig is Docker's configuration of an image.
+func imageConfig(t testing.TB, ref string) *container.Config {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
+	defer cancel()
+	img, err := dockerClient(t).ImageInspect(ctx, ref)
+	if err != nil {
+		t.Fatalf("inspect image %s: %v", ref, err)
+	}
+	if img.Config == nil {
+		return &container.Config{}
+	}
+	return &container.Config{Env: img.Config.Env, Labels: img.Config.Labels}
 }

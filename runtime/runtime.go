@@ -171,7 +171,10 @@ type Images interface {
 	// ImageExists reports whether ref is present locally.
 	ImageExists(ctx context.Context, ref string) (bool, error)
 	// Commit saves the sandbox's filesystem as image ref (ErrNotFound if
-	// the sandbox is gone).
+	// the sandbox is gone): its filesystem only. The image's configuration
+	// is that of the image the sandbox was made from, never what its
+	// create added (env, labels, command, user), so that a sandbox made
+	// from the image carries nothing of its creator's request.
 	Commit(ctx context.Context, id, ref string) error
 	// RemoveImage removes image ref (ErrNotFound if absent, ErrConflict if
 	// a sandbox uses it).

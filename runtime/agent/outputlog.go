@@ -21,8 +21,11 @@ const (
 	checkpointEvery = 1024
 )
 
-// outputLog holds the combined output of a background command, in a temp
-// file or, failing that, in memory, and finds lines by number.
+// outputLog holds the combined output of a background command, in an
+// unlinked temp file or, failing that, in memory, and finds lines by
+// number. The file has no name while it is written: nothing of it is left
+// behind if the agent dies, and a snapshot of the sandbox's filesystem
+// never carries another user's command output.
 type outputLog struct {
 	log *slog.Logger
 
@@ -42,6 +45,9 @@ func newOutputLog(dir, id string, log *slog.Logger) *outputLog {
 	if err != nil {
 		log.Info("keeping background output in memory", "id", id, "err", err)
 		return l
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		log.Warn("background output file stays in the sandbox's filesystem", "path", f.Name(), "err", err)
 	}
 	l.file = f
 	return l
@@ -148,7 +154,6 @@ func (l *outputLog) release() {
 	defer l.mu.Unlock()
 	if l.file != nil {
 		l.file.Close()
-		os.Remove(l.file.Name())
 	}
 	l.mem, l.dropping = nil, true
 }

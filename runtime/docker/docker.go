@@ -646,20 +646,6 @@ const (
 	pauseSettlePoll = 10 * time.Millisecond
 )
 
-// Commit implements runtime.Runtime. Docker pauses the container while it
-// commits, so the commit is ordered like a pause.
-func (d *Docker) Commit(ctx context.Context, id, ref string) error {
-	wctx, cancel := d.short(ctx)
-	end, err := d.gates.exclusive(wctx, id, d.gates.grace)
-	cancel()
-	if err != nil {
-		return d.wrapContainer(ctx, err, id, "commit container %s", id)
-	}
-	defer end()
-	_, err = d.cli.ContainerCommit(ctx, id, container.CommitOptions{Reference: ref, Pause: true})
-	return wrap(err, "commit container %s", id)
-}
-
 // Repair implements runtime.Repairer: a container frozen while runc was
 // starting a process in it (paused by another client, or by a sandboxd
 // before this one) is thawed so that the start finishes, then frozen again
