@@ -58,8 +58,11 @@ func (f *Files) FileWriter(rt http.RoundTripper) runtime.FileWriter {
 
 func uploadError(uerr *agent.UploadError) error {
 	kind := KindInvalid
-	if uerr.Status >= 500 {
+	switch {
+	case uerr.Status >= 500:
 		kind = KindInternal
+	case uerr.Status == http.StatusRequestEntityTooLarge:
+		kind = KindTooLarge
 	}
 	return &Error{Kind: kind, Code: uerr.Code, Message: uerr.Message}
 }

@@ -509,6 +509,46 @@ func TestUploadEarlyPartInMemoryBounded(t *testing.T) {
 	}
 }
 
+// TestUploadEarlyPartsSizeBounded: file parts before their metadata are
+// spooled to at most maxEarlySpool bytes for the whole body, then refused
+// with a 413 without reading on.
+func TestUploadEarlyPartsSizeBounded(t *testing.T) {
+	t.Parallel()
+	half := strings.Repeat("x", maxEarlySpool/2+1)
+	for _, tt := range []struct {
+		name  string
+		parts []uploadPart
+		ok    bool
+	}{
+		{"at the bound", []uploadPart{file("/f", strings.Repeat("x", maxEarlySpool)), meta("/f", 0)}, true},
+		{"one part over it", []uploadPart{file("/f", strings.Repeat("x", 2*maxEarlySpool)), meta("/f", 0)}, false},
+		{"two parts over it", []uploadPart{file("/f", half), file("/g", half), meta("/f", 0), meta("/g", 0)}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ct, form := uploadBody(t, tt.parts)
+			size := form.Len()
+			body := &countingReader{r: form}
+			r, _ := http.NewRequest(http.MethodPost, "/files/upload", body)
+			r.Header.Set("Content-Type", ct)
+			puts := 0
+			err := ReadUpload(r, Spooler{Dir: t.TempDir()}, func(_ UploadMeta, _ int, content io.Reader) error {
+				puts++
+				_, err := io.Copy(io.Discard, content)
+				return err
+			})
+			var uerr *UploadError
+			switch {
+			case tt.ok && (err != nil || puts != len(tt.parts)/2):
+				t.Errorf("err %v, %d puts", err, puts)
+			case !tt.ok && (!errors.As(err, &uerr) || uerr.Status != http.StatusRequestEntityTooLarge || puts != 0):
+				t.Errorf("err %v, %d puts; want a 413 and no put", err, puts)
+			case !tt.ok && body.n > maxEarlySpool+1<<20:
+				t.Errorf("%d of %d bytes of the body read before refusing", body.n, size)
+			}
+		})
+	}
+}
+
 // TestUploadEarlyPartsCounted: at most maxEarlyParts file parts wait for
 // their metadata at once (each holds a temp file).
 func TestUploadEarlyPartsCounted(t *testing.T) {

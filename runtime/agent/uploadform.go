@@ -67,6 +67,7 @@ func ReadUpload(r *http.Request, sp Spooler, put func(meta UploadMeta, part int,
 	}()
 	files := 0
 	memLeft := int64(maxMemorySpool) // for all the parts held in memory
+	earlyLeft := int64(maxEarlySpool) // for all the parts held
 	for part := 0; ; part++ {
 		p, err := mr.NextPart()
 		if err == io.EOF {
@@ -105,7 +106,7 @@ func ReadUpload(r *http.Request, sp Spooler, put func(meta UploadMeta, part int,
 			if len(spooled) == maxEarlyParts {
 				return &UploadError{http.StatusBadRequest, codeInvalidFile, fmt.Sprintf("more than %d file parts wait for their metadata: send each metadata part before its file", maxEarlyParts)}
 			}
-			content, err := sp.spool(p, 0, &memLeft)
+			content, err := sp.spool(io.LimitReader(p, earlyLeft+1), 0, &memLeft)
 			var uerr *UploadError
 			switch {
 			case errors.As(err, &uerr):
@@ -114,6 +115,11 @@ func ReadUpload(r *http.Request, sp Spooler, put func(meta UploadMeta, part int,
 				return &UploadError{http.StatusInternalServerError, codeRuntimeError, "error buffering file part: " + err.Error()}
 			}
 			spooled[i] = early{content, part}
+			if content.Size > earlyLeft {
+				return &UploadError{http.StatusRequestEntityTooLarge, codeInvalidFile, fmt.Sprintf(
+					"file parts before their metadata are held until it arrives, at most %d bytes in all: send each metadata part before its file", maxEarlySpool)}
+			}
+			earlyLeft -= content.Size
 		}
 	}
 	switch {
@@ -197,11 +203,14 @@ func copyFilled(dst io.Writer, src io.Reader) (int64, error) {
 // File parts that come before their metadata are held until it arrives;
 // their number and size are the client's choice. maxEarlyParts bounds how
 // many are held at once (each a temp file, an open descriptor: sandboxd
-// parses uploads into a stopped sandbox itself), maxMemorySpool the
-// memory of those held in memory, for all of a body's parts together,
-// because no temp file can be made. SDKs send each metadata part first.
+// parses uploads into a stopped sandbox, and on the direct path into a
+// running one, itself), maxEarlySpool their bytes (the host's temp
+// directory), maxMemorySpool the memory of those held in memory because
+// no temp file can be made; each for all of a body's parts together.
+// SDKs send each metadata part first.
 const (
 	maxEarlyParts  = 100
+	maxEarlySpool  = 64 << 20
 	maxMemorySpool = 8 << 20
 )
 
