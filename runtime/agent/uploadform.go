@@ -66,7 +66,7 @@ func ReadUpload(r *http.Request, sp Spooler, put func(meta UploadMeta, part int,
 		}
 	}()
 	files := 0
-	memLeft := int64(maxMemorySpool) // for all the parts held in memory
+	memLeft := int64(maxMemorySpool)  // for all the parts held in memory
 	earlyLeft := int64(maxEarlySpool) // for all the parts held
 	for part := 0; ; part++ {
 		p, err := mr.NextPart()
