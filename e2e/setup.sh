@@ -108,6 +108,7 @@ npm_dep() {
 	fi
 }
 npm_dep e2e/ts @alibaba-group/opensandbox # the TypeScript SDK
+npm_dep e2e/mcp @modelcontextprotocol/sdk # the MCP client of the MCP tests
 # The console's browser test; playwright-core downloads no browser, the test
 # drives Debian's chromium.
 npm_dep e2e/console playwright-core
