@@ -2,6 +2,10 @@ package lifecycle
 
 import "strings"
 
+// CodeTemplateUnsupported is upstream's FSB_UNSUPPORTED (fast-sandbox
+// templates), answered with 501 where there are no templates.
+const CodeTemplateUnsupported = "FSB::API_NOT_SUPPORTED"
+
 // TemplatesUnsupported is the answer to every template route and to a
 // create naming a template: fast-sandbox templates are Kubernetes golden
 // images of upstream's fast-sandbox controller, which sandboxd has on no
