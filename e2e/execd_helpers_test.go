@@ -136,9 +136,16 @@ func (r execdRun) last() execdEvent {
 // integer timestamp; the first is init.
 func (b *execdBox) run(t testing.TB, req map[string]any) execdRun {
 	t.Helper()
-	status, hdr, raw := b.do(t, http.MethodPost, "/command", req, nil)
+	return b.runAt(t, "/command", req, nil)
+}
+
+// runAt is run on another route of the same stream (a bash session's run),
+// with headers added as in do.
+func (b *execdBox) runAt(t testing.TB, route string, req map[string]any, extra map[string]string) execdRun {
+	t.Helper()
+	status, hdr, raw := b.do(t, http.MethodPost, route, req, extra)
 	if status != http.StatusOK {
-		t.Fatalf("POST /command %v: status %d; body %s", req, status, raw)
+		t.Fatalf("POST %s %v: status %d; body %s", route, req, status, raw)
 	}
 	out := execdRun{Header: hdr, Raw: raw}
 	if !bytes.HasSuffix(raw, []byte("\n\n")) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Upstream 1.1.1 (reference upstream-1.1.1.md §1, §3, §4) against the real
@@ -64,4 +65,102 @@ func TestUpstream111Routes(t *testing.T) {
 func TestUpstream111SDKMetricsEvent(t *testing.T) {
 	s := startServer(t)
 	s.runNode(t, "upstream111.test.mjs", nil)
+}
+
+// TestUpstream111Execd: execd 1.1.1's changes (§6) through the server
+// proxy into a real sandbox: a 1.1 SDK's output events keep their line
+// endings (others keep the stripped lines); children of a finished
+// background command keep running while an interrupted one's die; a
+// session run's timeout kills its whole group; a session run leaves no
+// script file and no copy of the sandbox's secrets.
+func TestUpstream111Execd(t *testing.T) {
+	s := startServer(t)
+	b := newExecdBox(t, s, busyboxWith(map[string]any{"env": map[string]string{"TOKEN": "s3cr3t-XYZ"}}))
+	sdk := map[string]string{"User-Agent": "OpenSandbox-Python-SDK/1.1.1"}
+	stdoutOf := func(r execdRun) string { return strings.Join(r.Stdout, "") }
+	mustRun := func(command string) string {
+		t.Helper()
+		r := b.run(t, map[string]any{"command": command})
+		if last := r.last(); last.Type != "execution_complete" {
+			t.Fatalf("%q: ended with %+v; stderr %q", command, last, r.Stderr)
+		}
+		return strings.Join(r.Stdout, "\n")
+	}
+
+	t.Run("line endings", func(t *testing.T) {
+		cmd := map[string]any{"command": `printf 'a\r\nb\n\nc'; printf 'x\r\n' >&2`}
+		r := b.runAt(t, "/command", cmd, sdk)
+		if got := stdoutOf(r); got != "a\r\nb\n\nc" {
+			t.Errorf("1.1 SDK: joined stdout %q (events %q)", got, r.Stdout)
+		}
+		if got := strings.Join(r.Stderr, ""); got != "x\r\n" {
+			t.Errorf("1.1 SDK: joined stderr %q", got)
+		}
+		r = b.run(t, cmd)
+		if got := strings.Join(r.Stdout, "|"); got != "a|b|\n|c" {
+			t.Errorf("other clients: stdout events %q, want the stripped lines", r.Stdout)
+		}
+	})
+
+	t.Run("children of a finished background command", func(t *testing.T) {
+		r := b.run(t, map[string]any{"command": "sleep 300 & echo $! > /tmp/bgpid", "background": true})
+		id := r.Events[0].Text
+		waitUntil(t, 30*time.Second, "the background command to finish", func() bool {
+			status, _, body := b.do(t, http.MethodGet, "/command/status/"+id, nil, nil)
+			return status == http.StatusOK && strings.Contains(string(body), `"running":false`)
+		})
+		time.Sleep(200 * time.Millisecond)
+		mustRun("kill -0 $(cat /tmp/bgpid)")
+		// A running background command interrupted: its child dies.
+		r = b.run(t, map[string]any{"command": "sleep 301 & echo $! > /tmp/bgpid2; wait", "background": true})
+		id = r.Events[0].Text
+		waitUntil(t, 30*time.Second, "the child's pid", func() bool { return mustRun("cat /tmp/bgpid2 2>/dev/null || true") != "" })
+		if status, _, body := b.do(t, http.MethodDelete, "/command?id="+id, nil, nil); status != http.StatusOK {
+			t.Fatalf("interrupt: %d %s", status, body)
+		}
+		waitUntil(t, 30*time.Second, "the interrupted command's child to die", func() bool {
+			return mustRun("kill -0 $(cat /tmp/bgpid2) 2>/dev/null && echo alive || echo gone") == "gone"
+		})
+	})
+
+	var session string
+	t.Run("session timeout", func(t *testing.T) {
+		status, _, body := b.do(t, http.MethodPost, "/session", map[string]any{}, nil)
+		if status != http.StatusOK {
+			t.Fatalf("POST /session: %d %s", status, body)
+		}
+		session = decodeJSON[struct {
+			ID string `json:"session_id"`
+		}](t, body).ID
+		start := time.Now()
+		r := b.runAt(t, "/session/"+session+"/run", map[string]any{"command": "sleep 30 & echo $!; wait", "timeout": 1000}, nil)
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("the run took %v past its 1 s timeout", took)
+		}
+		if last := r.last(); last.Type != "error" || last.Error == nil || last.Error.Evalue != "-1" {
+			t.Errorf("ended with %+v, want error -1", last)
+		}
+		if len(r.Stdout) != 1 {
+			t.Fatalf("stdout %q, want the child's pid", r.Stdout)
+		}
+		waitUntil(t, 30*time.Second, "the session's child to die", func() bool {
+			return mustRun("kill -0 "+r.Stdout[0]+" 2>/dev/null && echo alive || echo gone") == "gone"
+		})
+	})
+
+	t.Run("no script file", func(t *testing.T) {
+		if session == "" {
+			t.Skip("no session")
+		}
+		r := b.runAt(t, "/session/"+session+"/run", map[string]any{"command": "true"}, nil)
+		if last := r.last(); last.Type != "execution_complete" {
+			t.Fatalf("session run: %+v", last)
+		}
+		if got := mustRun(`ls -a /tmp "${TMPDIR:-/tmp}" | grep execd_bash_ || true`); got != "" {
+			t.Errorf("script files: %q", got)
+		}
+		if got := mustRun(`grep -rl s3cr3t-XYZ /tmp "${TMPDIR:-/tmp}" 2>/dev/null || true`); got != "" {
+			t.Errorf("files holding the secret: %q", got)
+		}
+	})
 }

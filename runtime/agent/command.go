@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -188,20 +189,21 @@ func (s *server) startCommand(w http.ResponseWriter, r *http.Request, req runCom
 		return
 	}
 	var c *command
-	p := s.runStreaming(r.Context(), es, id, spec, timeout, func(p *process) { c = register(p, nil) })
+	p := s.runStreaming(r.Context(), es, id, spec, timeout, keepsLineEndings(r), func(p *process) { c = register(p, nil) })
 	if p != nil {
 		s.commands.finish(c)
 	}
 }
 
-// runStreaming runs spec and streams its output on es, one event per line,
-// then execution_complete or an error event carrying the exit code. id is
-// the init event's text; started, if set, sees the process before init is
-// sent. It returns the reaped process, or nil if it did not start.
+// runStreaming runs spec and streams its output on es, one event per line
+// (with its terminator if keep is set), then execution_complete or an error
+// event carrying the exit code. id is the init event's text; started, if set,
+// sees the process before init is sent. It returns the reaped process, or
+// nil if it did not start.
 //
 // Unlike upstream execd, a client that goes away kills the command's process
 // group: nobody can read the result, and abandoned commands would pile up.
-func (s *server) runStreaming(ctx context.Context, es *eventStream, id string, spec execSpec, timeout time.Duration, started func(*process)) *process {
+func (s *server) runStreaming(ctx context.Context, es *eventStream, id string, spec execSpec, timeout time.Duration, keep bool, started func(*process)) *process {
 	begin := time.Now()
 	p, outR, errR, err := s.spawn(spec, false)
 	if err != nil {
@@ -223,8 +225,8 @@ func (s *server) runStreaming(ctx context.Context, es *eventStream, id string, s
 	}
 	stopPing := es.pingEvery(s.delays.ping)
 	defer stopPing()
-	stdout := &lineEvents{typ: evStdout, es: es}
-	stderr := &lineEvents{typ: evStderr, es: es}
+	stdout := &lineEvents{typ: evStdout, es: es, split: lineSplitter{keep: keep}}
+	stderr := &lineEvents{typ: evStderr, es: es, split: lineSplitter{keep: keep}}
 	pumps := []*pump{
 		startPump(outR, stdout.write, stdout.flush, false),
 		startPump(errR, stderr.write, stderr.flush, false),
@@ -277,6 +279,27 @@ func (s *server) spawn(spec execSpec, combined bool) (p *process, outR, errR *os
 		return nil, nil, nil, err
 	}
 	return p, outR, errR, nil
+}
+
+// keepsLineEndings reports whether r's client reads output events as
+// execd 1.1.1 sends them, terminators kept (its #2033): upstream's SDKs
+// from 1.1 on, which name themselves in the User-Agent
+// (OpenSandbox-<Lang>-SDK/<version>) and join the events' texts as they
+// come. Other clients get execd's earlier events, one line each with its
+// terminator stripped, which clients joining them with "\n" (the Deep
+// Agents backend on the 0.1 SDKs) rely on.
+func keepsLineEndings(r *http.Request) bool {
+	ua := strings.ToLower(r.UserAgent())
+	i := strings.Index(ua, "-sdk/")
+	if i < 0 || !strings.HasPrefix(ua, "opensandbox-") {
+		return false
+	}
+	major, rest, _ := strings.Cut(ua[i+len("-sdk/"):], ".")
+	minor := strings.TrimLeft(rest, "0123456789")
+	minor = rest[:len(rest)-len(minor)]
+	ma, err1 := strconv.Atoi(major)
+	mi, err2 := strconv.Atoi(minor)
+	return err1 == nil && err2 == nil && (ma > 1 || ma == 1 && mi >= 1)
 }
 
 // lineEvents turns one output pipe into stdout or stderr events.

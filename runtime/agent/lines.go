@@ -16,7 +16,12 @@ const maxRetainedPartial = 1 << 20
 // "\r" both end a line, "\r\n" counts once, terminators are stripped, an
 // empty line is reported as "\n", and lines have no length limit. Bytes
 // after the last terminator wait for more input or for flush.
+//
+// With keep set it cuts as execd 1.1.1 does (its #2033): each line keeps
+// its terminator ("\n", "\r" or "\r\n"), so that the lines joined are the
+// stream's bytes exactly, blank lines and a final fragment included.
 type lineSplitter struct {
+	keep    bool
 	partial []byte
 	lastCR  bool // the previous terminator was '\r'
 }
@@ -25,6 +30,9 @@ type lineSplitter struct {
 // no further terminator, next keeps the remainder and returns ok == false.
 // The returned line is valid until the next call.
 func (l *lineSplitter) next(p []byte) (line, rest []byte, ok bool) {
+	if l.keep {
+		return l.nextKept(p)
+	}
 	for {
 		i := bytes.IndexAny(p, "\r\n")
 		if i < 0 {
@@ -52,6 +60,38 @@ func (l *lineSplitter) next(p []byte) (line, rest []byte, ok bool) {
 		}
 		return line, p, true
 	}
+}
+
+// nextKept is next for keep: a line ends after "\n", or after "\r" unless
+// "\n" follows, which a "\r" at the end of p waits to see.
+func (l *lineSplitter) nextKept(p []byte) (line, rest []byte, ok bool) {
+	if n := len(l.partial); n > 0 && l.partial[n-1] == '\r' {
+		switch {
+		case len(p) == 0:
+			return nil, nil, false
+		case p[0] == '\n':
+			l.partial = append(l.partial, '\n')
+			p = p[1:]
+		}
+		line = l.partial
+		l.resetPartial()
+		return line, p, true
+	}
+	i := bytes.IndexAny(p, "\r\n")
+	switch {
+	case i < 0 || p[i] == '\r' && i == len(p)-1:
+		l.partial = append(l.partial, p...)
+		return nil, nil, false
+	case p[i] == '\r' && p[i+1] == '\n':
+		i++
+	}
+	line = p[:i+1]
+	if len(l.partial) > 0 {
+		l.partial = append(l.partial, line...)
+		line = l.partial
+		l.resetPartial()
+	}
+	return line, p[i+1:], true
 }
 
 // flush returns the unterminated remainder, if any, and forgets it.

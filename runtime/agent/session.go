@@ -217,7 +217,7 @@ func (s *server) runInSession(w http.ResponseWriter, r *http.Request) {
 	}
 	spec := execSpec{script: prologue + req.Command, dir: dir, env: env, extra: []*os.File{stateW}}
 	es := newHeldEventStream(w, s.delays.hold)
-	p := s.runStreaming(r.Context(), es, id, spec, time.Duration(req.Timeout)*time.Millisecond, func(p *process) {
+	p := s.runStreaming(r.Context(), es, id, spec, time.Duration(req.Timeout)*time.Millisecond, keepsLineEndings(r), func(p *process) {
 		stateW.Close()
 		b.mu.Lock()
 		b.proc = p
