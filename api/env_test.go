@@ -104,6 +104,9 @@ func newStartingEnv(t *testing.T, edit func(*config.Config)) *env {
 	}
 	rt, agent := runtimetest.New(time.Now), &echoAgent{}
 	rt.SetAgent(agent)
+	if err := rt.AllowHostPaths(cfg.Storage.AllowedHostPaths...); err != nil {
+		t.Fatal(err)
+	}
 	log := slog.New(slog.DiscardHandler)
 	mgr := newManager(t, cfg, rt, log)
 	srv := httptest.NewServer(New(cfg, backendsOf(mgr), rt, log))

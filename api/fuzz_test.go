@@ -37,6 +37,9 @@ func fuzzHandler(f *testing.F) (h http.Handler, allowed, outside string) {
 	cfg.Server.APIKey = testKey
 	cfg.Storage.AllowedHostPaths = []string{allowed}
 	rt := runtimetest.New(time.Now)
+	if err := rt.AllowHostPaths(cfg.Storage.AllowedHostPaths...); err != nil {
+		f.Fatal(err)
+	}
 	log := slog.New(slog.DiscardHandler)
 	mgr := newManager(f, cfg, rt, log)
 	if err := mgr.Reconcile(context.Background()); err != nil {

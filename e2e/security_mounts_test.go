@@ -334,3 +334,71 @@ func TestSecurityMountsOtherInstanceVolume(t *testing.T) {
 		t.Errorf("another instance's volume %s was deleted with this instance's sandbox", theirs)
 	}
 }
+
+// TestSecurityMountsNested is the attack on nested allowed prefixes
+// (allowed and allowed/shared, listed in both orders): sandbox A, with
+// allowed mounted read-write, moves shared away and puts a symlink to a
+// directory outside every prefix in its place. A later mount of shared, or
+// of a directory below it, is refused or reaches shared's own directory,
+// never the symlink's target, and nothing is created there. A sandboxd
+// started after the swap refuses the configuration and names the symlink.
+func TestSecurityMountsNested(t *testing.T) {
+	for _, order := range []string{"outer first", "inner first"} {
+		t.Run(order, func(t *testing.T) {
+			root := t.TempDir()
+			allowed, outside := filepath.Join(root, "allowed"), filepath.Join(root, "outside")
+			shared := filepath.Join(allowed, "shared")
+			for _, d := range []string{shared, filepath.Join(outside, "data")} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for p, content := range map[string]string{filepath.Join(outside, "outside-marker"): "foreign", filepath.Join(outside, "data", "outside-marker"): "foreign", filepath.Join(shared, "inside-marker"): "own"} {
+				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			list := fmt.Sprintf("[%q, %q]", allowed, shared)
+			if order == "inner first" {
+				list = fmt.Sprintf("[%q, %q]", shared, allowed)
+			}
+			s := startServer(t, withTOML("[storage]\nallowed_host_paths = "+list+"\n"))
+
+			a := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{"volumes": []any{
+				map[string]any{"name": "a", "mountPath": "/mnt/a", "host": map[string]any{"path": allowed}},
+			}}))
+			runCommand(t, s, a.ID, fmt.Sprintf("mv /mnt/a/shared /mnt/a/shared.old && ln -s %s /mnt/a/shared", outside))
+			if fi, err := os.Lstat(shared); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+				t.Fatalf("the sandbox did not swap %s for a symlink: %v", shared, err)
+			}
+
+			for _, p := range []string{shared, filepath.Join(shared, "data"), filepath.Join(shared, "made")} {
+				req := busyboxWith(map[string]any{"volumes": []any{
+					map[string]any{"name": "s", "mountPath": "/mnt/s", "readOnly": true, "host": map[string]any{"path": p}},
+				}})
+				status, hdr, body := s.do(t, http.MethodPost, "/v1/sandboxes", req, nil)
+				if status != http.StatusAccepted {
+					secWantError(t, "mount "+p+" after the swap", status, hdr, body, http.StatusBadRequest, "VOLUME::")
+					continue
+				}
+				b := decodeJSON[lcSandbox](t, body)
+				if seen := runCommand(t, s, b.ID, "ls -A /mnt/s"); strings.Contains(seen, "outside-marker") {
+					t.Errorf("a mount of %s reached the symlink's target: it sees %q", p, seen)
+				}
+				wantEmpty(t, s, http.MethodDelete, sandboxPath(b.ID), http.StatusNoContent)
+			}
+			if entries, err := os.ReadDir(outside); err != nil || len(entries) != 2 {
+				t.Errorf("the directory outside the prefixes has %d entries, want its own 2 (%v): %v", len(entries), err, entries)
+			}
+
+			// Restarted after the swap, sandboxd refuses to start.
+			s.Stop()
+			ctx, cancel := context.WithTimeout(t.Context(), startTimeout)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, s.binary, "--config", s.ConfigPath).CombinedOutput()
+			if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "symlink") {
+				t.Errorf("sandboxd started after the swap: %v (%v)\n%s", err, ctx.Err(), out)
+			}
+		})
+	}
+}

@@ -99,6 +99,9 @@ func newStartingEnv(t *testing.T, edit func(*config.Config)) *testEnv {
 	store := openTestStore(t, cfg.Store.Dir)
 	clock := &fakeClock{t: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
 	rt := runtimetest.New(clock.Now)
+	if err := rt.AllowHostPaths(cfg.Storage.AllowedHostPaths...); err != nil {
+		t.Fatal(err)
+	}
 	m, err := New(cfg, rt, store, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -155,7 +155,11 @@ func FuzzCheckHostPath(f *testing.F) {
 	cfg.Store.Dir = state
 	cfg.Storage.AllowedHostPaths = []string{allowed}
 	store := openTestStore(f, state)
-	m := &Sandboxes{deps: &deps{cfg: cfg, store: store, rt: runtimetest.New(time.Now)}}
+	rt := runtimetest.New(time.Now)
+	if err := rt.AllowHostPaths(allowed); err != nil {
+		f.Fatal(err)
+	}
+	m := &Sandboxes{deps: &deps{cfg: cfg, store: store, rt: rt}}
 
 	for _, rel := range []string{"allowed", "allowed/new/dir", "allowed/escape", "allowed/escape/x", "allowed/state", "allowed/state/x", "allowed/../outside/y", "allowed//z", "allowed/", "outside/q", "alias", "alias/w", "allowed2"} {
 		f.Add("ROOT/" + rel)

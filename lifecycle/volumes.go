@@ -25,7 +25,7 @@ func (d *deps) checkHostPath(ctx context.Context, name, p string) (runtime.Mount
 	if hp == nil {
 		return runtime.Mount{}, errf(KindInvalid, CodeVolUnsupported, "volume %q: host paths are not supported when runtime.type='%s'", name, d.rt.Name())
 	}
-	mnt, err := hp.CheckHostPath(ctx, p, d.cfg.Storage.AllowedHostPaths, []string{d.cfg.Store.Dir})
+	mnt, err := hp.CheckHostPath(ctx, p, []string{d.cfg.Store.Dir})
 	var he *runtime.HostPathError
 	switch {
 	case errors.As(err, &he) && he.NotAllowed:

@@ -211,12 +211,13 @@ type Pauser interface {
 // supported.
 type HostPaths interface {
 	// CheckHostPath judges path (absolute, normalised) for a bind mount:
-	// after symlink resolution it must lie under one of allowed and near
-	// none of forbidden, nor of the engine's own data and socket. It
-	// returns the mount to make (Source resolved, Beneath the resolved
-	// allowed prefix it lies in). A refusal is a *HostPathError; an
-	// engine that cannot tell where it keeps its data is ErrUnavailable.
-	CheckHostPath(ctx context.Context, path string, allowed, forbidden []string) (Mount, error)
+	// it must lie under one of the allowed prefixes the runtime opened at
+	// start, be reached from it without a symlink, and be near none of
+	// forbidden, nor of the engine's own data and socket. It returns the
+	// mount to make (Source where it is, Beneath the opened prefix it lies
+	// in). A refusal is a *HostPathError; an engine that cannot tell where
+	// it keeps its data is ErrUnavailable.
+	CheckHostPath(ctx context.Context, path string, forbidden []string) (Mount, error)
 }
 
 // HostPathError is a host path CheckHostPath refuses.

@@ -26,7 +26,7 @@ func newRuntime(ctx context.Context, cfg config.Config, log *slog.Logger) (runti
 	}
 	return docker.New(ctx, docker.Options{
 		Host: cfg.Docker.Host, APITimeout: cfg.Docker.APITimeout.Duration, Logger: log,
-		MountDir:      filepath.Join(cfg.Store.Dir, "mounts"),
+		MountDir: filepath.Join(cfg.Store.Dir, "mounts"), AllowedHostPaths: cfg.Storage.AllowedHostPaths,
 		AgentBinaries: cfg.Runtime.AgentBinaries, EmbeddedAgents: embeddedAgents(),
 		LogMaxSize: cfg.Docker.LogMaxSize, LogMaxFiles: cfg.Docker.LogMaxFiles, DiskLimit: cfg.Docker.DiskLimit,
 		AgentTransport: cfg.Docker.AgentTransport,

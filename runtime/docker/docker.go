@@ -27,6 +27,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/agent"
+	"github.com/sandboxd/sandboxd/runtime/hostpath"
 )
 
 // Options configure the Docker runtime.
@@ -43,6 +44,9 @@ type Options struct {
 	// dir) where host mounts are pinned while their container exists;
 	// "" never pins (see mounts.go).
 	MountDir string
+	// AllowedHostPaths are the prefixes host paths may lie below; they are
+	// opened once, here (see package hostpath).
+	AllowedHostPaths []string
 	// LogMaxSize and LogMaxFiles rotate container logs where the daemon's
 	// log driver is json-file or local; "" leaves the driver's default.
 	LogMaxSize  string
@@ -72,6 +76,7 @@ type Docker struct {
 	enginePathsKnown []string // the engine's own host paths, once known
 
 	mountDir    string
+	prefixes    *hostpath.Prefixes
 	hostMu      ctxLock
 	hostDecided bool
 	hostErr     error // why sandboxd is not root on the engine's host; nil if it is
@@ -140,6 +145,9 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		hostMu:           newCtxLock(),
 	}
 	if d.agents, err = newAgentSet(opts.AgentBinaries, opts.EmbeddedAgents, opts.Logger); err != nil {
+		return nil, err
+	}
+	if d.prefixes, err = hostpath.Open(opts.AllowedHostPaths); err != nil {
 		return nil, err
 	}
 	d.sweepPins(ctx)
@@ -820,6 +828,7 @@ func (d *Docker) RemoveVolume(ctx context.Context, name string) error {
 // Close implements runtime.Runtime.
 func (d *Docker) Close() error {
 	d.sessions.Close()
+	d.prefixes.Close()
 	return d.cli.Close()
 }
 

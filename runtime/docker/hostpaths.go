@@ -7,18 +7,18 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/runtime"
-	"github.com/sandboxd/sandboxd/runtime/hostpath"
 )
 
 // CheckHostPath implements runtime.HostPaths. The path is judged on this
 // host's filesystem (see package hostpath), which is the engine's only
 // when the engine is reached over a local socket (Docker Desktop shares
 // the host's files with its VM): an engine reached over the network is
-// refused host paths, since nothing here can check its host. planMounts
-// walks from the returned prefix to the path without following symlinks
-// and mounts what it reached, so a path swapped after this check is not
-// what gets mounted.
-func (d *Docker) CheckHostPath(ctx context.Context, p string, allowed, forbidden []string) (runtime.Mount, error) {
+// refused host paths, since nothing here can check its host. The allowed
+// prefixes were opened in New; planMounts walks from the returned
+// prefix's descriptor to the path without following symlinks and mounts
+// what it reached, so a path swapped after this check is not what gets
+// mounted.
+func (d *Docker) CheckHostPath(ctx context.Context, p string, forbidden []string) (runtime.Mount, error) {
 	if host := d.cli.DaemonHost(); !strings.HasPrefix(host, "unix://") && !strings.HasPrefix(host, "npipe://") {
 		return runtime.Mount{}, &runtime.HostPathError{NotAllowed: true, Reason: fmt.Sprintf(
 			"host path %q refused: the engine at %s is on another host, whose paths sandboxd cannot check", p, host)}
@@ -27,7 +27,7 @@ func (d *Docker) CheckHostPath(ctx context.Context, p string, allowed, forbidden
 	if err != nil {
 		return runtime.Mount{}, err
 	}
-	return hostpath.Check(p, allowed, slices.Concat(engine, forbidden))
+	return d.prefixes.Check(p, slices.Concat(engine, forbidden))
 }
 
 // enginePaths returns the host paths through which a container could take

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/versions"
 
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/hostpath"
 )
 
 // Host mounts are a time-of-check/time-of-use problem: lifecycle checks a
@@ -151,7 +152,12 @@ func (d *Docker) planMounts(ctx context.Context, name string, ms []runtime.Mount
 					"host path %s is below %s, which a container mounts read-write: a sandbox could swap part of the path before the engine mounts it, and sandboxd cannot pin the mount here (%v)", m.Source, w, perr)})
 			}
 		}
-		f, err := openBeneath(base, rel)
+		var f *os.File
+		if m.Kind == runtime.MountHost {
+			f, err = d.prefixes.OpenBeneath(base, rel)
+		} else {
+			f, err = hostpath.OpenBeneath(base, rel)
+		}
 		if err != nil {
 			return fail(&runtime.MountError{Target: m.Target, SubPath: m.Kind != runtime.MountHost, Reason: err.Error()})
 		}

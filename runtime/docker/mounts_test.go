@@ -101,7 +101,7 @@ func TestPlanMountsUnpinned(t *testing.T) {
 				}
 			}))
 			defer engine.Close()
-			d, err := New(context.Background(), Options{Host: "tcp://" + engine.Listener.Addr().String(), Logger: slog.New(slog.DiscardHandler), MountDir: filepath.Join(dir, "pins")})
+			d, err := New(context.Background(), Options{Host: "tcp://" + engine.Listener.Addr().String(), Logger: slog.New(slog.DiscardHandler), MountDir: filepath.Join(dir, "pins"), AllowedHostPaths: []string{dir}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/hostpath"
 )
 
 // TestCreateSecurityMapping checks, at the Engine API, what a neutral spec
@@ -54,6 +55,9 @@ func TestCreateSecurityMapping(t *testing.T) {
 		},
 	})
 	d.agents.volumes[plat].ready = true // filled earlier: Create only checks it is intact
+	if d.prefixes, err = hostpath.Open([]string{dir}); err != nil {
+		t.Fatal(err)
+	}
 
 	spec := runtime.Spec{
 		Name: "sandbox-x", Image: "img", Cmd: []string{"/bin/app", "-v"}, Env: []string{"A=1"},
@@ -141,7 +145,11 @@ func TestNetworkModes(t *testing.T) {
 // no host path, whatever the allow-list: its host's paths are not ours.
 func TestCheckHostPathRemoteEngine(t *testing.T) {
 	d := fakeEngine(t, time.Minute, false, nil)
-	_, err := d.CheckHostPath(t.Context(), t.TempDir(), []string{"/"}, nil)
+	var err error
+	if d.prefixes, err = hostpath.Open([]string{"/"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.CheckHostPath(t.Context(), t.TempDir(), nil)
 	var he *runtime.HostPathError
 	if !errors.As(err, &he) || !he.NotAllowed {
 		t.Fatalf("CheckHostPath on a tcp engine = %v, want a refusal", err)

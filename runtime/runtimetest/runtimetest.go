@@ -62,6 +62,7 @@ type Runtime struct {
 	pingErr     error
 	startExit   *int // exit code of containers whose entrypoint ends at once
 	logs        string
+	prefixes    *hostpath.Prefixes // AllowHostPaths
 	enginePaths []string
 	hooks       map[string]func(ctx context.Context, id string) error // by method
 	stuck       map[string]bool                                       // by container id
@@ -353,20 +354,39 @@ func (f *Runtime) SetEnginePaths(paths ...string) {
 	f.enginePaths = paths
 }
 
+// AllowHostPaths opens the prefixes CheckHostPath allows, as Docker's
+// runtime does at start; none are allowed until it is called.
+func (f *Runtime) AllowHostPaths(paths ...string) error {
+	ps, err := hostpath.Open(paths)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.prefixes != nil {
+		f.prefixes.Close()
+	}
+	f.prefixes = ps
+	return nil
+}
+
 // CheckHostPath implements runtime.HostPaths on the test's own disk, as
 // Docker's for a local engine: it fails as Ping does (an engine that does
 // not answer cannot say where it keeps its data).
-func (f *Runtime) CheckHostPath(_ context.Context, p string, allowed, forbidden []string) (runtime.Mount, error) {
+func (f *Runtime) CheckHostPath(_ context.Context, p string, forbidden []string) (runtime.Mount, error) {
 	if err := f.use("CheckHostPath"); err != nil {
 		return runtime.Mount{}, err
 	}
 	f.mu.Lock()
-	engine, pingErr := f.enginePaths, f.pingErr
+	engine, pingErr, ps := f.enginePaths, f.pingErr, f.prefixes
 	f.mu.Unlock()
 	if pingErr != nil {
 		return runtime.Mount{}, pingErr
 	}
-	return hostpath.Check(p, allowed, append(slices.Clone(forbidden), engine...))
+	if ps == nil {
+		ps = &hostpath.Prefixes{}
+	}
+	return ps.Check(p, append(slices.Clone(forbidden), engine...))
 }
 
 // Name is "docker", the engine the fake imitates: engine-scoped error
