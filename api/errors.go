@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/lifecycle"
@@ -85,6 +86,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Kind == lifecycle.KindUnprocessable {
 		unprocessable(w, "value_error", e.Field, e.Message)
 		return
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(e.RetryAfter.Seconds(), 1))))
 	}
 	status := kindStatus[e.Kind]
 	if status >= 500 && status != http.StatusNotImplemented {

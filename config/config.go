@@ -204,6 +204,15 @@ type Lifecycle struct {
 	ReaperInterval Duration `toml:"reaper_interval"`
 	// InstanceID labels this instance's containers; "" = derived and persisted by the caller.
 	InstanceID string `toml:"instance_id"`
+	// SleepAfterIdle puts a sandbox that sets no access.pause.after.idle.seconds to sleep
+	// after this long idle, by SleepAction ("pause" or "stop"); 0 = off (docs/sleep.md).
+	SleepAfterIdle Duration `toml:"sleep_after_idle"`
+	SleepAction    string   `toml:"sleep_action"`
+	// SleepRetention deletes a sandbox asleep at its expiry after this long (7 days by default).
+	SleepRetention Duration `toml:"sleep_retention"`
+	// TestMinIdleSeconds lowers the smallest accepted access.pause.after.idle.seconds
+	// below the wire's 30, for tests only; 0 = 30.
+	TestMinIdleSeconds int `toml:"test_min_idle_seconds"`
 }
 
 // Store is the [store] section: where sandboxd keeps its state.
@@ -298,7 +307,7 @@ func Default() Config {
 			APITimeout:           Duration{60 * time.Second},
 			LeaseName:            "sandboxd-leader",
 		},
-		Lifecycle: Lifecycle{ReaperInterval: Duration{5 * time.Second}},
+		Lifecycle: Lifecycle{ReaperInterval: Duration{5 * time.Second}, SleepAction: "pause", SleepRetention: Duration{7 * 24 * time.Hour}},
 		Store:     Store{Dir: "~/.sandboxd"},
 	}
 }

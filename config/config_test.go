@@ -173,6 +173,10 @@ allowed_volumes = ["cache"]
 idle_timeout = "30m"
 reaper_interval = 2
 instance_id = "node-a"
+sleep_after_idle = "10m"
+sleep_action = "stop"
+sleep_retention = "48h"
+test_min_idle_seconds = 5
 
 [store]
 dir = "/var/lib/sandboxd"
@@ -256,9 +260,13 @@ func TestLoadEveryKey(t *testing.T) {
 			AllowedVolumes:   []string{"cache"},
 		},
 		Lifecycle: Lifecycle{
-			IdleTimeout:    Duration{30 * time.Minute},
-			ReaperInterval: Duration{2 * time.Second},
-			InstanceID:     "node-a",
+			IdleTimeout:        Duration{30 * time.Minute},
+			ReaperInterval:     Duration{2 * time.Second},
+			InstanceID:         "node-a",
+			SleepAfterIdle:     Duration{10 * time.Minute},
+			SleepAction:        "stop",
+			SleepRetention:     Duration{48 * time.Hour},
+			TestMinIdleSeconds: 5,
 		},
 		Store: Store{Dir: "/var/lib/sandboxd"},
 		Egress: Egress{
@@ -507,6 +515,9 @@ func TestLoadValidation(t *testing.T) {
 			`storage.allowed_volumes[1]: "/srv" is a path, not a volume name; host directories go in storage.allowed_host_paths`,
 		}},
 		{`lifecycle.reaper_interval = 0`, []string{`lifecycle.reaper_interval: must be positive`}},
+		{`lifecycle.sleep_action = "delete"`, []string{`lifecycle.sleep_action: must be "pause" or "stop", got "delete"`}},
+		{`lifecycle.sleep_after_idle = "10s"`, []string{`lifecycle.sleep_after_idle: must be 0 (off) or between 30s and 24h`}},
+		{"lifecycle.test_min_idle_seconds = 40", []string{`lifecycle.test_min_idle_seconds: must be between 0 and 30`}},
 		{`store.dir = "state"`, []string{`store.dir: "state" is not an absolute path (~/ is allowed)`}},
 		{"[[pool]]\nimage = \"i\"\nsize = -1", []string{`pool[0].name: must not be empty`, `pool[0].size: must not be negative, got -1`}},
 		{"[[pool]]\nname = \"a\"", []string{`pool[0].image: must not be empty`}},

@@ -180,6 +180,15 @@ reaper_interval = "5s"
 # Identifies this sandboxd's containers, so that two instances sharing one Docker Engine
 # leave each other's sandboxes alone. Unset: generated once and kept in the store directory.
 # instance_id = "sandboxd-1"
+# Put sandboxes to sleep after this long idle instead of leaving them running, unless a
+# sandbox sets extensions["access.pause.after.idle.seconds"] itself; 0 = off. "pause"
+# freezes them (memory kept), "stop" ends their processes (files kept, memory released);
+# the next call wakes them (docs/sleep.md).
+sleep_after_idle = 0
+sleep_action = "pause"
+# A sandbox put to sleep at its expiry (extensions["sandboxd.io/expire-action"]) is deleted
+# after this long asleep.
+sleep_retention = "168h"
 
 [store]
 # Directory holding sandboxd's state.

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // validate reports every invalid value at once, each error naming its key.
@@ -76,6 +77,15 @@ func (c Config) validate() error {
 	}
 
 	check(c.Lifecycle.ReaperInterval.Duration > 0, "lifecycle.reaper_interval", "must be positive")
+	lc := c.Lifecycle
+	check(lc.SleepAction == "" || lc.SleepAction == "pause" || lc.SleepAction == "stop", "lifecycle.sleep_action", "must be \"pause\" or \"stop\", got %q", lc.SleepAction)
+	minIdle := 30 * time.Second
+	if lc.TestMinIdleSeconds > 0 {
+		minIdle = time.Duration(lc.TestMinIdleSeconds) * time.Second
+	}
+	check(lc.SleepAfterIdle.Duration == 0 || lc.SleepAfterIdle.Duration >= minIdle && lc.SleepAfterIdle.Duration <= 24*time.Hour, "lifecycle.sleep_after_idle", "must be 0 (off) or between %s and 24h", minIdle)
+	check(lc.SleepRetention.Duration >= 0, "lifecycle.sleep_retention", "must not be negative")
+	check(lc.TestMinIdleSeconds >= 0 && lc.TestMinIdleSeconds <= 30, "lifecycle.test_min_idle_seconds", "must be between 0 and 30")
 	for _, u := range c.Egress.DNSUpstream {
 		_, errAP := netip.ParseAddrPort(u)
 		_, errA := netip.ParseAddr(u)

@@ -43,6 +43,11 @@ type Expiry struct {
 	// afterSweep runs at the end of each sweep (the egress daemons'
 	// check, egress.go).
 	afterSweep func(ctx context.Context)
+	// idleSleep puts idle sandboxes to sleep after the reaping;
+	// sleepAtExpiry may take an expired sandbox to put it to sleep
+	// instead (Sleep).
+	idleSleep     func(ctx context.Context, recs []*Record)
+	sleepAtExpiry func(ctx context.Context, rec *Record, e expiry) bool
 
 	mu       sync.Mutex
 	activity map[string]time.Time // last activity by sandbox id, until a sweep after it is persisted
@@ -222,6 +227,7 @@ func (x *Expiry) Sweep(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+	x.idleSleep(ctx, recs)
 	x.sweepUnfinished(ctx, recs)
 	if x.afterSweep != nil {
 		x.afterSweep(ctx)
@@ -276,6 +282,9 @@ func (x *Expiry) reap(ctx context.Context, rec *Record) {
 		if e, _ = x.expiry(rec); x.now().Before(e.at) {
 			return
 		}
+	}
+	if x.sleepAtExpiry(ctx, rec, e) {
+		return
 	}
 	reason := "expired"
 	if e.idle {

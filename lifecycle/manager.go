@@ -14,6 +14,8 @@
 //   - Pools: warm pools and their fillers.
 //   - Snapshots: snapshot records and commits.
 //   - Files: which way a sandbox's files move now, and the archive path.
+//   - Sleep: sandboxes asleep (paused or stopped) when idle or expired, and
+//     their wakes.
 //
 // The Manager only wires them and orders their life (life.go): start-up,
 // reconcile and shutdown.
@@ -77,6 +79,8 @@ func New(cfg config.Config, rt runtime.Runtime, store Store, log *slog.Logger) (
 	ex.remove, ex.creating = sb.destroy, sb.creating
 	ps := &Pools{deps: d, byName: map[string]*pool{}, plan: sb.plan, view: sb.view, egress: eg}
 	sb.warm = ps
+	sl := &Sleep{deps: d, sandboxes: sb, expiry: ex}
+	sb.sleep, ex.idleSleep, ex.sleepAtExpiry = sl, sl.sweep, sl.atExpiry
 	m := &Manager{
 		Sandboxes: sb, Expiry: ex, Pools: ps, Egress: eg, d: d,
 		Snapshots: &Snapshots{deps: d, ready: sb.ready},

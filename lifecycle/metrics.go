@@ -58,11 +58,14 @@ type Metrics struct {
 	ReaperRuns     atomic.Uint64
 	CreateSeconds  *Histogram
 	CommandSeconds *Histogram // observed by the proxy for execd /command streams
+	Sleeps         atomic.Uint64
+	Wakes          atomic.Uint64
+	WakeSeconds    *Histogram
 }
 
 func newMetrics() *Metrics {
 	latency := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
-	return &Metrics{CreateSeconds: NewHistogram(latency...), CommandSeconds: NewHistogram(latency...)}
+	return &Metrics{CreateSeconds: NewHistogram(latency...), CommandSeconds: NewHistogram(latency...), WakeSeconds: NewHistogram(latency...)}
 }
 
 // WritePrometheus writes every metric; byState is the current number of
@@ -87,5 +90,8 @@ func (mt *Metrics) WritePrometheus(w io.Writer, byState map[string]int) {
 	fmt.Fprintf(w, "sandboxd_reaped_total{reason=\"expired\"} %d\nsandboxd_reaped_total{reason=\"idle\"} %d\n", mt.ReapedExpired.Load(), mt.ReapedIdle.Load())
 	counter("sandboxd_reaper_runs_total", "Reaper sweeps.", mt.ReaperRuns.Load())
 	mt.CreateSeconds.write(w, "sandboxd_create_seconds", "Time to create a sandbox (pull excluded when the image is present).")
+	counter("sandboxd_sleeps_total", "Sandboxes put to sleep (paused or stopped) when idle or expired.", mt.Sleeps.Load())
+	counter("sandboxd_wakes_total", "Sleeping sandboxes woken.", mt.Wakes.Load())
+	mt.WakeSeconds.write(w, "sandboxd_wake_seconds", "Time to wake a sleeping sandbox (unpause, or start and agent ready).")
 	mt.CommandSeconds.write(w, "sandboxd_command_seconds", "Duration of execd command streams through the proxy.")
 }

@@ -31,6 +31,7 @@ type Sandboxes struct {
 	deadlines deadlines
 	warm      warmPools
 	egress    egressPlanner
+	sleep     waker
 
 	// inFlight holds the ids of the sandboxes being provisioned, which
 	// Reconcile leaves alone.
@@ -130,6 +131,10 @@ func (s *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 	if err != nil {
 		return nil, err
 	}
+	sleep, err := s.sleepPolicy(req)
+	if err != nil {
+		return nil, err
+	}
 	p := &createPlan{}
 	image, err := s.source(&req, p)
 	if err != nil {
@@ -169,8 +174,9 @@ func (s *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 		SnapshotID: req.SnapshotID, Platform: platform,
 		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: p.volumes.managed,
 		IdleTimeout: int(s.cfg.Lifecycle.IdleTimeout.Seconds()), LastActivity: now,
-		ReadOnlyRootfs: hard.readOnlyRootfs,
+		ReadOnlyRootfs: hard.readOnlyRootfs, Sleep: sleep,
 	}
+	p.rec.IdleTimeout = sleep.idleTimeout(p.rec.IdleTimeout)
 	if req.Image != nil {
 		p.rec.Image = image // a restore reports its snapshot, not the image
 	}
@@ -407,6 +413,7 @@ func (s *Sandboxes) destroy(ctx context.Context, rec *Record, cid string) error 
 	}
 	s.removeVolumes(ctx, rec.ManagedVolumes)
 	s.deadlines.forget(rec.ID)
+	s.sleep.forget(rec.ID)
 	s.paused.Delete(rec.ID)
 	s.routes.Delete(rec.ID)
 	if err := s.store.DeleteSandbox(rec.ID); err != nil && !errors.Is(err, errNoRecord) {
@@ -471,6 +478,9 @@ func (s *Sandboxes) view(rec *Record, c *runtime.Container) *Sandbox {
 			// An engine's list may have the creation time in whole seconds only.
 			sb.Status.LastTransitionAt = rec.CreatedAt
 		}
+	}
+	if st, ok := s.sleep.sleepStatus(rec); ok && rec.State == recordReady {
+		sb.Status = st
 	}
 	return sb
 }
@@ -646,8 +656,11 @@ func (s *Sandboxes) Pause(ctx context.Context, id string) error {
 	return nil
 }
 
-// Resume unfreezes a paused sandbox.
+// Resume unfreezes a paused sandbox, or wakes a sleeping one.
 func (s *Sandboxes) Resume(ctx context.Context, id string) error {
+	if rec, err := s.record(id); err == nil && rec.Asleep != "" {
+		return s.sleep.wake(ctx, id, wakeByResume)
+	}
 	pauser, rec, err := s.pauseTarget(ctx, id, runtime.StatePaused)
 	if err != nil {
 		return err
@@ -710,6 +723,9 @@ func (s *Sandboxes) Renew(ctx context.Context, id string, at time.Time) (time.Ti
 	if max := s.cfg.Server.MaxSandboxTimeoutSeconds; max > 0 && at.Sub(now) > time.Duration(max)*time.Second {
 		return time.Time{}, errf(KindInvalid, CodeInvalidExpiration, "New expiration time is more than max_sandbox_timeout_seconds (%d) from now.", max)
 	}
+	if err := s.sleep.wake(ctx, id, wakeByAPI); err != nil {
+		return time.Time{}, err
+	}
 	at = wireTime(at)
 	rec, err = s.store.UpdateSandbox(id, func(r *Record) error {
 		r.ExpiresAt = &at
@@ -732,6 +748,9 @@ func (s *Sandboxes) Endpoint(ctx context.Context, id string, port int, requestHo
 		return nil, errf(KindInvalid, CodeInvalidPort, "port %d must be between 1 and 65535", port)
 	}
 	if _, err := s.record(id); err != nil {
+		return nil, err
+	}
+	if err := s.sleep.wake(ctx, id, wakeByAPI); err != nil {
 		return nil, err
 	}
 	host := requestHost
@@ -761,6 +780,9 @@ func (s *Sandboxes) Transport(ctx context.Context, id string) (http.RoundTripper
 		cid = rec.ContainerID
 	}
 	s.deadlines.Touch(id)
+	if err := s.sleep.wake(ctx, id, wakeByAccess); err != nil {
+		return nil, err
+	}
 	rt, err := s.rt.Agent(ctx, cid.(string))
 	if err == nil {
 		if !known {

@@ -93,6 +93,11 @@ type Record struct {
 	NetworkPolicy   *egress.Policy `json:"networkPolicy,omitempty"`
 	EgressHelper    string         `json:"egressHelper,omitempty"`
 	EgressUpstreams []string       `json:"egressUpstreams,omitempty"`
+	// Sleep is the sandbox's sleep policy (nil: none); Asleep is why it
+	// sleeps since AsleepAt ("" while awake). See sleep.go.
+	Sleep    *SleepPolicy `json:"sleep,omitempty"`
+	Asleep   string       `json:"asleep,omitempty"`
+	AsleepAt time.Time    `json:"asleepAt,omitempty"`
 }
 
 // SnapshotRecord is a snapshot of a sandbox's filesystem (a committed image).

@@ -29,7 +29,9 @@ type Error struct {
 	Code    string
 	Message string
 	Field   []string // for KindUnprocessable: the location of the bad field
-	Err     error
+	// RetryAfter, if set, is when the call may succeed if made again.
+	RetryAfter time.Duration
+	Err        error
 }
 
 func (e *Error) Error() string {

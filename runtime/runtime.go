@@ -1,7 +1,7 @@
 // Package runtime defines what the lifecycle layer needs from an engine that
 // runs sandboxes, in lifecycle's words: a neutral Spec and State, a small
 // core interface (Runtime) and optional capabilities a runtime may lack
-// (Archive, BulkFiles, Images, Volumes, Pauser, HostPaths, Records,
+// (Archive, BulkFiles, Images, Volumes, Pauser, Stopper, HostPaths, Records,
 // Leadership, Repairer, IsolatedNetworks, Egress, AddressPolicies), which it
 // reports (Runtime.Features): callers never find one by asserting a
 // runtime's type, so a wrapper or a fake offers exactly what it says.
@@ -105,6 +105,7 @@ type Features struct {
 	Images           Images
 	Volumes          Volumes
 	Pauser           Pauser
+	Stopper          Stopper
 	HostPaths        HostPaths
 	Records          Records
 	Leadership       Leadership
@@ -202,6 +203,18 @@ type Pauser interface {
 	Pause(ctx context.Context, id string) error
 	// Unpause thaws a paused sandbox (ErrConflict if it is not paused).
 	Unpause(ctx context.Context, id string) error
+}
+
+// Stopper is implemented by runtimes that can end a sandbox's processes
+// and keep its filesystem, so that Start runs it again later (a sandbox
+// asleep with its memory released). Without it, that sleep is not
+// supported.
+type Stopper interface {
+	// Stop ends every process of a running sandbox: a signal to stop,
+	// then a kill after grace. Its filesystem stays; Start runs its
+	// entrypoint again. ErrNotFound if it is gone. A paused sandbox is
+	// unpaused first (engines differ on stopping a frozen one).
+	Stop(ctx context.Context, id string, grace time.Duration) error
 }
 
 // HostPaths is implemented by runtimes that can bind-mount a path of the

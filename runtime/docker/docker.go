@@ -97,7 +97,7 @@ var _ runtime.Runtime = (*Docker)(nil)
 // Features implements runtime.Runtime.
 func (d *Docker) Features() runtime.Features {
 	return runtime.Features{
-		Archive: d, BulkFiles: d, Images: d, Volumes: d, Pauser: d, HostPaths: d,
+		Archive: d, BulkFiles: d, Images: d, Volumes: d, Pauser: d, Stopper: d, HostPaths: d,
 		Repairer: d, IsolatedNetworks: d, Egress: d,
 	}
 }
@@ -587,6 +587,21 @@ func (d *Docker) Pause(ctx context.Context, id string) error {
 	d.gates.setPaused(id, true)
 	d.settlePause(cctx, id, true)
 	return nil
+}
+
+// Stop implements runtime.Stopper. It is ordered like Pause, and drops
+// the agent's session, whose process it ends.
+func (d *Docker) Stop(ctx context.Context, id string, grace time.Duration) error {
+	d.sessions.Drop(id)
+	cctx, cancel := d.call(ctx)
+	defer cancel()
+	end, err := d.gates.exclusive(cctx, id, d.gates.grace)
+	if err != nil {
+		return d.wrapContainer(ctx, err, id, "stop container %s", id)
+	}
+	defer end()
+	secs := int(grace.Seconds())
+	return wrap(d.cli.ContainerStop(cctx, id, container.StopOptions{Timeout: &secs}), "stop container %s", id)
 }
 
 // pauseAttempts and pauseRetryDelay shape Pause's retries.

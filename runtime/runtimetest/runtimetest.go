@@ -77,7 +77,7 @@ var _ runtime.Runtime = (*Runtime)(nil)
 // and egress helpers.
 func (f *Runtime) Features() runtime.Features {
 	return runtime.Features{
-		Archive: f, Images: f, Volumes: f, Pauser: f, HostPaths: f, Repairer: f, IsolatedNetworks: f,
+		Archive: f, Images: f, Volumes: f, Pauser: f, Stopper: f, HostPaths: f, Repairer: f, IsolatedNetworks: f,
 	}
 }
 
@@ -97,7 +97,7 @@ func New(now func() time.Time) *Runtime {
 }
 
 // Hook makes every call of method ("Inspect", "List", "Pause", "Unpause",
-// "Commit", "Agent", "StatPath", "GetArchive", "PutArchive", "Remove",
+// "Commit", "Stop", "Agent", "StatPath", "GetArchive", "PutArchive", "Remove",
 // "EnsureIsolatedNetwork", whose id is the network's name)
 // first run fn with the
 // call's context and container. fn may block, to inject a delay, or fail
@@ -517,6 +517,23 @@ func (f *Runtime) Unpause(ctx context.Context, id string) error {
 			return fmt.Errorf("unpause %s: %w", id, runtime.ErrConflict)
 		}
 		c.c.State = runtime.StateRunning
+		return nil
+	})
+}
+
+// Stop refuses a paused container (the contract has callers unpause it
+// first); a stopped one stays stopped.
+func (f *Runtime) Stop(ctx context.Context, id string, _ time.Duration) error {
+	if err := f.call(ctx, "Stop", id); err != nil {
+		return err
+	}
+	return f.with(id, func(c *container) error {
+		if c.c.State == runtime.StatePaused {
+			return fmt.Errorf("stop %s: %w", id, runtime.ErrConflict)
+		}
+		if c.c.State == runtime.StateRunning {
+			c.c.State, c.c.ExitCode, c.c.FinishedAt = runtime.StateExited, 137, f.now()
+		}
 		return nil
 	})
 }

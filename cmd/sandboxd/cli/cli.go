@@ -28,7 +28,7 @@ type command struct {
 
 var commands = map[string]*command{
 	"ls":     {"ls [--state S]... [--metadata k=v&...] [--json]", "list sandboxes", runLs},
-	"create": {"create [--timeout 10m|0] [--env K=V]... [--metadata K=V]... [--cpu N] [--memory SIZE] IMAGE [-- ENTRYPOINT...]", "create a sandbox and print its id", runCreate},
+	"create": {"create [--timeout 10m|0] [--env K=V]... [--metadata K=V]... [--ext K=V]... [--cpu N] [--memory SIZE] IMAGE [-- ENTRYPOINT...]", "create a sandbox and print its id", runCreate},
 	"exec":   {"exec [--cwd DIR] ID -- CMD [ARG...]", "run a command, stream its output, exit with its code (one CMD argument is a shell command line)", runExec},
 	"shell":  {"shell [--cwd DIR] ID", "interactive terminal in a sandbox", runShell},
 	"cp":     {"cp ID:PATH LOCAL | cp LOCAL ID:PATH", "copy a file out of or into a sandbox (LOCAL \"-\" is stdout or stdin)", runCp},

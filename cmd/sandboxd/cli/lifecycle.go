@@ -30,6 +30,15 @@ type sandbox struct {
 	CreatedAt time.Time         `json:"createdAt"`
 }
 
+// state is the sandbox's state, with the reason of a sleep (docs/sleep.md):
+// "Paused (IDLE_STOPPED)" says what waking it costs.
+func (s sandbox) state() string {
+	if r := s.Status.Reason; strings.HasPrefix(r, "IDLE_") || strings.HasPrefix(r, "EXPIRED_") {
+		return s.Status.State + " (" + r + ")"
+	}
+	return s.Status.State
+}
+
 func (s sandbox) image() string {
 	switch {
 	case s.Image != nil:
@@ -96,7 +105,7 @@ func runLs(ctx context.Context, e *env, args []string) (int, error) {
 		if s.ExpiresAt != nil {
 			expires = "in " + roundDuration(s.ExpiresAt.Sub(now))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\t%s\n", s.ID, s.Status.State, s.image(), expires,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\t%s\n", s.ID, s.state(), s.image(), expires,
 			roundDuration(now.Sub(s.CreatedAt)), formatMetadata(s.Metadata))
 	}
 	return 0, tw.Flush()
@@ -129,6 +138,8 @@ func runCreate(ctx context.Context, e *env, args []string) (int, error) {
 	var envs, metadata multiFlag
 	fs.Var(&envs, "env", "environment variable K=V (repeatable)")
 	fs.Var(&metadata, "metadata", "metadata label K=V (repeatable)")
+	var exts multiFlag
+	fs.Var(&exts, "ext", "create extension K=V (repeatable), e.g. access.pause.after.idle.seconds=600 and sandboxd.io/idle-action=stop to sleep when idle")
 	cpu := fs.String("cpu", "", "CPU limit, e.g. 1 or 500m (default: the server's)")
 	memory := fs.String("memory", "", "memory limit, e.g. 2Gi (default: the server's)")
 	asJSON := fs.Bool("json", false, "print the API's answer")
@@ -152,13 +163,16 @@ func runCreate(ctx context.Context, e *env, args []string) (int, error) {
 	} else {
 		req["timeout"] = nil
 	}
-	for name, kv := range map[string]multiFlag{"env": envs, "metadata": metadata} {
-		m, err := keyValues("--"+name, kv)
+	for _, f := range []struct {
+		flag, field string
+		kv          multiFlag
+	}{{"env", "env", envs}, {"metadata", "metadata", metadata}, {"ext", "extensions", exts}} {
+		m, err := keyValues("--"+f.flag, f.kv)
 		if err != nil {
 			return 0, err
 		}
 		if m != nil {
-			req[name] = m
+			req[f.field] = m
 		}
 	}
 	limits := map[string]string{}
