@@ -20,6 +20,7 @@ type Config struct {
 	Log     Log     `toml:"log"`
 	Runtime Runtime `toml:"runtime"`
 	Docker  Docker  `toml:"docker"`
+	Sandbox Sandbox `toml:"sandbox"`
 	// Kubernetes is read when Runtime.Type is "kubernetes".
 	Kubernetes Kubernetes `toml:"kubernetes"`
 	Storage    Storage    `toml:"storage"`
@@ -102,6 +103,15 @@ type Runtime struct {
 	// ("linux/arm64" = "/path/sandboxd-linux-arm64"), for images whose
 	// platform this sandboxd neither is nor embeds an agent for.
 	AgentBinaries map[string]string `toml:"agent_binaries"`
+}
+
+// Sandbox is the [sandbox] section: what every sandbox may do, whatever the
+// engine.
+type Sandbox struct {
+	// AllowNested lets a create ask for user namespaces inside its sandbox
+	// (extensions "sandboxd.io/nested"), for agents that sandbox their own
+	// commands with bubblewrap; off by default (SECURITY.md).
+	AllowNested bool `toml:"allow_nested"`
 }
 
 // Docker is the [docker] section: how sandboxes are created on the Docker Engine.

@@ -145,6 +145,9 @@ default_memory_request = "256Mi"
 api_timeout = "20s"
 lease_name = "sandboxd-prod"
 
+[sandbox]
+allow_nested = true
+
 [docker]
 host = "unix:///run/docker.sock"
 network_mode = "none"
@@ -219,6 +222,7 @@ func TestLoadEveryKey(t *testing.T) {
 		},
 		Log:     Log{Level: "DEBUG", Access: false},
 		Runtime: Runtime{Type: "docker", AgentBinaries: map[string]string{"linux/arm64": "/opt/sandboxd/sandboxd-linux-arm64"}},
+		Sandbox: Sandbox{AllowNested: true},
 		Docker: Docker{
 			Host:             "unix:///run/docker.sock",
 			NetworkMode:      "none",

@@ -117,6 +117,14 @@ type = "docker"
 # Others (or replacements) by platform:
 # agent_binaries = { "linux/arm64" = "/opt/sandboxd/sandboxd-linux-arm64" }
 
+[sandbox]
+# Let a create ask for user namespaces inside its sandbox (extensions
+# "sandboxd.io/nested": "true"), so that an agent can sandbox its own commands with
+# bubblewrap. Such a sandbox runs as a non-root uid:gid (default 1000:1000), with
+# Docker's seccomp profile plus the calls user namespaces need and an unmasked /proc.
+# It adds kernel attack surface: see SECURITY.md, "Nested sandboxes".
+allow_nested = false
+
 [docker]
 # Docker Engine endpoint, e.g. "unix:///var/run/docker.sock" or "npipe:////./pipe/docker_engine".
 # Empty: env DOCKER_HOST, else the docker CLI's current context, else the local engine

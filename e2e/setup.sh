@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares a Debian machine, as root, for e2e/run.sh:
-#   - installs what is missing of docker.io, busybox-static, debootstrap,
+#   - installs what is missing of docker.io, busybox-static, bubblewrap, debootstrap,
 #     qemu-user-static and binfmt-support, and registers arm64 emulation;
 #   - starts the Docker engine if it does not answer (in the background,
 #     logging to $SANDBOXD_DOCKERD_LOG);
@@ -34,6 +34,8 @@ installed() {
 missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
 installed busybox-static || missing+=(busybox-static)
+# bwrap for the nested-sandbox test image (images/bubblewrap).
+installed bubblewrap || missing+=(bubblewrap)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 installed chromium || missing+=(chromium)
 # arm64 sandboxes under emulation (e2e/platform_test.go).
@@ -45,7 +47,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get update -q
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
-	log "docker.io, busybox-static, debootstrap, chromium, qemu-user-static and binfmt-support are installed"
+	log "docker.io, busybox-static, bubblewrap, debootstrap, chromium, qemu-user-static and binfmt-support are installed"
 fi
 
 # --- arm64 emulation --------------------------------------------------------

@@ -17,12 +17,13 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
 # Recipes in build order, and the tags each one gets; the first tag is primary.
-recipes=(busybox busybox-arm64 noshell code-interpreter)
+recipes=(busybox busybox-arm64 noshell code-interpreter bubblewrap)
 declare -A tags=(
 	[busybox]="sandboxd-test/busybox:latest"
 	[busybox-arm64]="sandboxd-test/busybox-arm64:latest"
 	[noshell]="sandboxd-test/noshell:latest"
 	[code-interpreter]="opensandbox/code-interpreter:v1.1.0 sandboxd-test/code-interpreter:latest"
+	[bubblewrap]="sandboxd-test/bubblewrap:latest"
 )
 # Platforms of the images not of this machine's own.
 declare -A platforms=(
@@ -86,6 +87,10 @@ verify() {
 			test -x /opt/code-interpreter/code-interpreter.sh
 			test -d /workspace
 		' >/dev/null || die "$tag: check of python3, pandas, seaborn, matplotlib, Jupyter, GNU grep failed"
+		;;
+	bubblewrap)
+		out=$(docker run --rm --network none "$tag" bwrap --version)
+		case $out in "bubblewrap "*) ;; *) die "$tag: bwrap --version printed '$out'" ;; esac
 		;;
 	*) die "no check for recipe $name" ;;
 	esac

@@ -21,6 +21,8 @@ type defaults struct {
 	// loosen (see parseHardening).
 	readOnlyRoot bool
 	user         string
+	// allowNested: requests may ask for user namespaces (ExtNested).
+	allowNested bool
 	// cpu and memory are the default limits ("" = none).
 	cpu, memory string
 }
@@ -39,6 +41,7 @@ func defaultsFrom(cfg config.Config) defaults {
 		network:      d.NetworkMode,
 		readOnlyRoot: d.ReadOnlyRootfs,
 		user:         d.User,
+		allowNested:  cfg.Sandbox.AllowNested,
 		cpu:          d.DefaultCPU,
 		memory:       d.DefaultMemory,
 	}
@@ -82,7 +85,7 @@ func (d defaults) sandboxSpec(id, image string, cmd, env []string, labels map[st
 	spec.Capabilities.Add = slices.Clone(d.base.Capabilities.Add)
 	spec.Network = network
 	spec.Mounts = mounts
-	spec.ReadOnlyRoot, spec.User = hard.readOnlyRootfs, hard.user
+	spec.ReadOnlyRoot, spec.User, spec.UserNamespaces = hard.readOnlyRootfs, hard.user, hard.nested
 	if hard.readOnlyRootfs {
 		spec.Tmpfs = []runtime.Tmpfs{scratchTmp}
 	}

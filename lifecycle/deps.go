@@ -75,6 +75,9 @@ func (d *deps) engineError(err error, what string) error {
 		// other sandboxes work, so the engine is not "unreachable".
 		return &Error{Kind: KindUnavailable, Code: CodeEngineTimeout, Message: "the " + d.engineTitle() + " engine did not answer in time (" + what + ") though it answers for the others; retry later", Err: err}
 	}
+	if errors.Is(err, runtime.ErrUnsupported) {
+		return &Error{Kind: KindInvalid, Code: CodeInvalidParameter, Message: err.Error(), Err: err}
+	}
 	if errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		return &Error{Kind: KindUnavailable, Code: CodeEngineUnavailable, Message: "the " + d.engineTitle() + " engine is unreachable (" + what + "); retry when it is back", Err: err}
 	}

@@ -358,7 +358,7 @@ func (s *Sandboxes) provision(ctx context.Context, p *createPlan) (*Sandbox, err
 		if e := mountRefusal(err); e != nil {
 			return nil, e
 		}
-		if e, ok := AsError(s.engineError(err, what)); ok && (e.Kind == KindUnavailable || e.Code == CodeStartFailed) {
+		if e, ok := AsError(s.engineError(err, what)); ok && (e.Kind == KindUnavailable || e.Kind == KindInvalid || e.Code == CodeStartFailed) {
 			return nil, e
 		}
 		return nil, &Error{Kind: KindInternal, Code: CodeStartFailed, Message: fmt.Sprintf("%s: %v", what, err), Err: err}

@@ -193,7 +193,15 @@ const (
 	// ExtUser runs the sandbox (and every command in it) as "uid[:gid]" or
 	// "name[:group]" instead of the image's user.
 	ExtUser = "sandboxd.io/user"
+	// ExtNested ("true" or "false") lets the sandbox's processes create
+	// unprivileged user namespaces, so that a tool such as bubblewrap can
+	// sandbox them further; only where [sandbox] allow_nested is set.
+	ExtNested = "sandboxd.io/nested"
 )
+
+// nestedUser is the user of a nested sandbox that names none: never root,
+// for whom the sandbox's unmasked /proc would be writable.
+const nestedUser = "1000:1000"
 
 // userSpec is a Docker user: a name or uid, optionally with a group or gid.
 var userSpec = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$`)
@@ -202,6 +210,7 @@ var userSpec = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9
 type hardening struct {
 	readOnlyRootfs bool
 	user           string // "" = the image's user
+	nested         bool   // user namespaces inside the sandbox (ExtNested)
 }
 
 // parseHardening reads the per-request hardening extensions on top of the
@@ -230,7 +239,33 @@ func (d defaults) parseHardening(ext map[string]string) (hardening, error) {
 		}
 		h.user = v
 	}
-	return h, nil
+	return h, d.parseNested(ext, &h)
+}
+
+// parseNested reads ExtNested. A nested sandbox runs as a numeric non-root
+// uid:gid: the one the request or the server names, else nestedUser.
+func (d defaults) parseNested(ext map[string]string, h *hardening) error {
+	v, ok := ext[ExtNested]
+	if !ok {
+		return nil
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	switch {
+	case err != nil:
+		return errf(KindInvalid, CodeInvalidParameter, "extensions[%q] must be \"true\" or \"false\", got %q", ExtNested, v)
+	case !b:
+		return nil
+	case !d.allowNested:
+		return errf(KindInvalid, CodeInvalidParameter, "extensions[%q] refused: this server does not allow nested sandboxes ([sandbox] allow_nested = false)", ExtNested)
+	}
+	if h.user == "" {
+		h.user = nestedUser
+	}
+	if !runtime.NonRootUser(h.user) {
+		return errf(KindInvalid, CodeInvalidParameter, "extensions[%q]: a nested sandbox runs as a numeric non-root \"uid:gid\" (default %s), not %q", ExtNested, nestedUser, h.user)
+	}
+	h.nested = true
+	return nil
 }
 
 // parseRenewOnAccess validates access.renew.extend.seconds as upstream does.

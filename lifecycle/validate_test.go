@@ -5,6 +5,9 @@ import (
 	"maps"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 func TestValidateLabelKey(t *testing.T) {
@@ -321,5 +324,51 @@ func TestParseRenewOnAccess(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("parseRenewOnAccess(%v) = %d, %v; want %d", tt.ext, got, err, tt.want)
 		}
+	}
+}
+
+func TestParseNested(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		allow       bool
+		cfgUser     string
+		ext         map[string]string
+		wantErr     string
+		wantNested  bool
+		wantUserOut string
+	}{
+		{name: "absent", allow: true, ext: map[string]string{}},
+		{name: "false", allow: false, ext: map[string]string{ExtNested: "false"}},
+		{name: "forbidden by default", ext: map[string]string{ExtNested: "true"}, wantErr: "allow_nested"},
+		{name: "not a bool", allow: true, ext: map[string]string{ExtNested: "yes please"}, wantErr: "must be"},
+		{name: "default user", allow: true, ext: map[string]string{ExtNested: "true"}, wantNested: true, wantUserOut: nestedUser},
+		{name: "request's user", allow: true, ext: map[string]string{ExtNested: "true", ExtUser: "2000:3000"}, wantNested: true, wantUserOut: "2000:3000"},
+		{name: "configured user", allow: true, cfgUser: "1500:1500", ext: map[string]string{ExtNested: "TRUE"}, wantNested: true, wantUserOut: "1500:1500"},
+		{name: "root refused", allow: true, ext: map[string]string{ExtNested: "true", ExtUser: "0:0"}, wantErr: "non-root"},
+		{name: "name refused", allow: true, ext: map[string]string{ExtNested: "true", ExtUser: "app"}, wantErr: "non-root"},
+		{name: "root group refused", allow: true, ext: map[string]string{ExtNested: "true", ExtUser: "1000:0"}, wantErr: "non-root"},
+		{name: "configured root refused", allow: true, cfgUser: "root", ext: map[string]string{ExtNested: "true"}, wantErr: "non-root"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config.Config{Docker: config.Docker{User: tc.cfgUser}, Sandbox: config.Sandbox{AllowNested: tc.allow}}
+			h, err := defaultsFrom(cfg).parseHardening(tc.ext)
+			if tc.wantErr != "" {
+				e, ok := AsError(err)
+				if !ok || e.Kind != KindInvalid || e.Code != CodeInvalidParameter || !strings.Contains(e.Message, tc.wantErr) {
+					t.Fatalf("err %v, want a 400 saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.nested != tc.wantNested || (tc.wantNested && h.user != tc.wantUserOut) {
+				t.Fatalf("nested %v user %q, want %v %q", h.nested, h.user, tc.wantNested, tc.wantUserOut)
+			}
+			spec := defaultsFrom(cfg).sandboxSpec("id", "img", nil, nil, nil, Resources{}, runtime.Network{}, nil, h)
+			if spec.UserNamespaces != tc.wantNested {
+				t.Fatalf("spec.UserNamespaces %v", spec.UserNamespaces)
+			}
+		})
 	}
 }

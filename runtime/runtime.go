@@ -35,6 +35,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime/egress"
@@ -48,6 +50,9 @@ var (
 	// ErrContainerTimeout: the engine answers, but a call about one
 	// sandbox did not finish in time (the engine is stuck on it).
 	ErrContainerTimeout = errors.New("container engine call timed out")
+	// ErrUnsupported: the runtime cannot create what the spec asks for
+	// (lifecycle answers 400, naming what).
+	ErrUnsupported = errors.New("not supported by this runtime")
 )
 
 // Runtime is the core every engine provides: sandboxes made from a Spec,
@@ -338,12 +343,36 @@ type Spec struct {
 	// "" = the engine's default profile.
 	SeccompProfile  string
 	AppArmorProfile string
+	// UserNamespaces lets the sandbox's processes create unprivileged user
+	// namespaces and, inside them, the mounts a tool such as bubblewrap
+	// needs (a fresh /proc included): the engine's default syscall filter
+	// plus exactly those calls, and /proc without masked paths. It never
+	// adds a capability; lifecycle pairs it with a non-root user, since an
+	// unmasked /proc is writable by root. A runtime that cannot do it
+	// refuses the spec with ErrUnsupported.
+	UserNamespaces bool
 	// RuntimeClass is an alternative OCI runtime the engine offers
 	// (Docker's runtime name, a Kubernetes RuntimeClass); "" = default.
 	RuntimeClass string
 	Network      Network
 	Mounts       []Mount
 	Tmpfs        []Tmpfs
+}
+
+// NonRootUser reports whether user is "uid:gid" with both numeric and not
+// 0: a user that is not root whatever the image's /etc/passwd says, as a
+// spec with UserNamespaces needs.
+func NonRootUser(user string) bool {
+	uid, gid, ok := strings.Cut(user, ":")
+	if !ok {
+		return false
+	}
+	for _, id := range []string{uid, gid} {
+		if n, err := strconv.ParseUint(id, 10, 32); err != nil || n == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Resources bound what a sandbox may use; 0 is no bound (the engine's

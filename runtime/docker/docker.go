@@ -288,11 +288,15 @@ func (d *Docker) Create(ctx context.Context, spec runtime.Spec) (string, error) 
 	if err != nil {
 		return "", err
 	}
+	nested, err := checkUserNamespaces(spec)
+	if err != nil {
+		return "", err
+	}
 	mounts, pinDir, err := d.planMounts(ctx, spec.Name, spec.Mounts)
 	if err != nil {
 		return "", err
 	}
-	cfg, host, plat := translate(spec, engineSetup{agentVolume: volName, mounts: mounts, logOpts: d.logRotation(ctx), diskLimit: d.opts.DiskLimit})
+	cfg, host, plat := translate(spec, engineSetup{agentVolume: volName, mounts: mounts, logOpts: d.logRotation(ctx), diskLimit: d.opts.DiskLimit, seccomp: nested})
 	cctx, cancel := d.call(ctx)
 	defer cancel()
 	resp, err := d.cli.ContainerCreate(cctx, cfg, host, nil, plat, spec.Name)

@@ -19,6 +19,8 @@ type engineSetup struct {
 	mounts      []mount.Mount
 	logOpts     map[string]string
 	diskLimit   string
+	// seccomp is the profile of a sandbox with UserNamespaces (JSON).
+	seccomp string
 }
 
 // translate is the one place a neutral spec becomes Docker's container
@@ -49,7 +51,7 @@ func translate(spec runtime.Spec, setup engineSetup) (*container.Config, *contai
 		NetworkMode:    networkMode(spec.Network),
 		CapDrop:        capDrop(spec.Capabilities),
 		CapAdd:         spec.Capabilities.Add,
-		SecurityOpt:    securityOpt(spec),
+		SecurityOpt:    securityOpt(spec, setup.seccomp),
 		ReadonlyRootfs: spec.ReadOnlyRoot,
 		Runtime:        spec.RuntimeClass,
 		Tmpfs:          tmpfs(spec.Tmpfs),
@@ -84,6 +86,15 @@ func translate(spec runtime.Spec, setup engineSetup) (*container.Config, *contai
 	if setup.diskLimit != "" {
 		host.StorageOpt = map[string]string{"size": setup.diskLimit}
 	}
+	if spec.UserNamespaces {
+		// A user namespace may mount a fresh /proc only where the
+		// container's /proc hides nothing (the kernel refuses a procfs
+		// more revealing than the one its creator sees), so nothing is
+		// masked or made read-only there: Docker's systempaths=unconfined.
+		// The sandbox's user is then never root (lifecycle), for whom
+		// /proc/sys and /proc/sysrq-trigger would be writable.
+		host.MaskedPaths, host.ReadonlyPaths = []string{}, []string{}
+	}
 	var plat *ocispec.Platform
 	if spec.Platform != "" {
 		os, arch, _ := strings.Cut(spec.Platform, "/")
@@ -112,13 +123,17 @@ func capDrop(c runtime.Capabilities) []string {
 	return c.Drop
 }
 
-// securityOpt is Docker's spelling of the spec's process restrictions.
-func securityOpt(spec runtime.Spec) []string {
+// securityOpt is Docker's spelling of the spec's process restrictions;
+// nested is the profile of a sandbox with UserNamespaces.
+func securityOpt(spec runtime.Spec, nested string) []string {
 	var opts []string
 	if spec.NoNewPrivileges {
 		opts = append(opts, "no-new-privileges:true")
 	}
-	if spec.SeccompProfile != "" {
+	switch {
+	case nested != "":
+		opts = append(opts, "seccomp="+nested)
+	case spec.SeccompProfile != "":
 		opts = append(opts, "seccomp="+spec.SeccompProfile)
 	}
 	if spec.AppArmorProfile != "" {
@@ -151,4 +166,21 @@ func tmpfs(ts []runtime.Tmpfs) map[string]string {
 		out[t.Path] = strings.Join(opts, ",")
 	}
 	return out
+}
+
+// checkUserNamespaces refuses a spec with UserNamespaces that could run as
+// root (an unmasked /proc is writable by root: /proc/sys/kernel/core_pattern
+// runs a program of the sandbox's choice as the host's root) or that names
+// its own seccomp profile, and returns the profile such a sandbox gets.
+func checkUserNamespaces(spec runtime.Spec) (string, error) {
+	if !spec.UserNamespaces {
+		return "", nil
+	}
+	if !runtime.NonRootUser(spec.User) {
+		return "", fmt.Errorf("%w: a sandbox with user namespaces must run as a numeric non-root uid:gid, not %q", runtime.ErrUnsupported, spec.User)
+	}
+	if spec.SeccompProfile != "" {
+		return "", fmt.Errorf("%w: a sandbox with user namespaces gets its own seccomp profile; a configured one (%q) cannot apply", runtime.ErrUnsupported, spec.SeccompProfile)
+	}
+	return userNamespaceProfile()
 }

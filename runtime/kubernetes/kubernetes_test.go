@@ -136,6 +136,11 @@ func TestBuildPodRefuses(t *testing.T) {
 	if !errors.As(err, &me) || me.Target != "/data" {
 		t.Errorf("host mount error %v, want a MountError for /data", err)
 	}
+	spec = hardenedSpec()
+	spec.UserNamespaces, spec.User = true, "1000:1000"
+	if _, err := buildPod(spec, &o); !errors.Is(err, runtime.ErrUnsupported) {
+		t.Errorf("user namespaces: %v, want ErrUnsupported (lifecycle answers 400)", err)
+	}
 }
 
 // runningOnCreate makes the fake API server report every created pod as

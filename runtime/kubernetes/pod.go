@@ -191,6 +191,12 @@ func validLabel(k, v string) bool {
 }
 
 func containerSecurity(spec runtime.Spec) (*corev1.SecurityContext, error) {
+	if spec.UserNamespaces {
+		// A pod would need procMount Unmasked, a Localhost seccomp profile
+		// installed on every node and user-namespaced pods; none of it can
+		// be set up from the API alone.
+		return nil, fmt.Errorf("%w: nested sandboxes (user namespaces inside the sandbox) need the Docker runtime", runtime.ErrUnsupported)
+	}
 	if spec.SeccompProfile != "" || spec.AppArmorProfile != "" {
 		return nil, fmt.Errorf("seccomp and AppArmor profiles by name are Docker's ([docker] seccomp_profile, apparmor_profile); pods run the RuntimeDefault profiles")
 	}
