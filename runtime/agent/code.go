@@ -26,6 +26,45 @@ type codeContext struct {
 	cwd      string
 	kernel   kernel
 	busy     atomic.Bool
+
+	mu   sync.Mutex
+	stop chan struct{} // closed to interrupt the current run; nil between runs
+}
+
+// beginRun marks the context busy and makes the channel that interrupts
+// the run about to start; it reports false if another run is in progress.
+func (c *codeContext) beginRun() (<-chan struct{}, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.busy.CompareAndSwap(false, true) {
+		return nil, false
+	}
+	c.stop = make(chan struct{})
+	return c.stop, true
+}
+
+func (c *codeContext) endRun() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stop = nil
+	c.busy.Store(false)
+}
+
+// interruptRun interrupts the current run, at whatever point it is (its
+// kernel may not have taken the code up yet), and reports whether there
+// was one.
+func (c *codeContext) interruptRun() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop == nil {
+		return false
+	}
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	return true
 }
 
 type codeContextJSON struct {
@@ -333,20 +372,22 @@ func (s *server) runCode(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if !c.busy.CompareAndSwap(false, true) {
+	// The run can be interrupted from before its init goes out.
+	stop, ok := c.beginRun()
+	if !ok {
 		writeError(w, http.StatusConflict, codeContextBusy, "error running codes session is busy: context "+c.id+" is running other code; wait for it or interrupt it (DELETE /code?id="+c.id+")")
 		return
 	}
-	defer c.busy.Store(false)
+	defer c.endRun()
 
 	es := newEventStream(w)
 	es.text(evInit, c.id)
 	stopPing := es.pingEvery(s.delays.ping)
 	// Unlike upstream, a client that goes away interrupts its run: nobody
 	// reads the result, and the context would stay busy.
-	stopInterrupt := context.AfterFunc(r.Context(), func() { _ = c.kernel.interrupt() })
+	stopInterrupt := context.AfterFunc(r.Context(), func() { c.interruptRun() })
 	run := newCodeRun(es)
-	err := c.kernel.execute(req.Code, run.handle)
+	err := c.kernel.execute(req.Code, run.handle, stop)
 	stopInterrupt()
 	stopPing()
 	run.finish(err)
@@ -360,6 +401,11 @@ func (s *server) interruptCode(w http.ResponseWriter, r *http.Request) {
 		s.interruptCommand(w, r)
 		return
 	}
+	if c.interruptRun() {
+		return
+	}
+	// Nothing runs: the kernel is interrupted all the same, as upstream
+	// does (an idle kernel ignores it), for its errors to show.
 	if err := c.kernel.interrupt(); err != nil {
 		writeError(w, http.StatusInternalServerError, codeRuntimeError, "error interruptting code context. "+err.Error())
 	}

@@ -202,15 +202,21 @@ class Kernel:
     def run(self, code):
         self.count += 1
         try:
-            self.running = True
-            self.execute(code)
-            show_figures()
+            # An interrupt raises only between running = True and the
+            # inner finally's first statement: the outer handler catches
+            # every one of them, wherever it lands.
+            try:
+                self.running = True
+                # Like Jupyter's execute_input: from now on the agent may
+                # interrupt the cell (see runSlot.interruptOnStart).
+                chan.send("execute_input", {"execution_count": self.count})
+                self.execute(code)
+                show_figures()
+            finally:
+                self.running = False
         except BaseException as e:
-            self.running = False
             self.output.drain()
             self.report(e)
-        finally:
-            self.running = False
         self.output.drain()
         chan.send("status", {"execution_state": "idle"})
 

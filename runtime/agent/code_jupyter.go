@@ -291,7 +291,7 @@ func (k *jupyterKernel) read(ws *websocket.Conn) {
 	}
 }
 
-func (k *jupyterKernel) execute(code string, handle func(kernelMsg)) error {
+func (k *jupyterKernel) execute(code string, handle func(kernelMsg), stop <-chan struct{}) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	ws, err := k.conn()
@@ -301,6 +301,12 @@ func (k *jupyterKernel) execute(code string, handle func(kernelMsg)) error {
 	id := k.session + "-" + strconv.FormatInt(k.seq.Add(1), 10)
 	done := k.slot.begin(id, handle)
 	defer k.slot.end()
+	// ipykernel ignores SIGINT between cells, and a new kernel takes a
+	// while to take up its first: an interrupt before execute_input is
+	// sent again then.
+	finished := make(chan struct{})
+	defer close(finished)
+	k.slot.watchStop(stop, finished, k.interrupt, true)
 	msg := map[string]any{
 		"header": map[string]string{
 			"msg_id": id, "msg_type": "execute_request", "session": k.session,

@@ -13,9 +13,12 @@ import (
 type kernel interface {
 	// execute runs code and hands the kernel's messages about it to handle,
 	// in order, until the kernel is idle again (nil) or cannot go on (the
-	// kernel died, its connection broke). One run at a time.
-	execute(code string, handle func(kernelMsg)) error
-	// interrupt stops the running code, if any.
+	// kernel died, its connection broke). One run at a time. Once stop is
+	// closed the run is interrupted, whenever that happens (see
+	// runSlot.interruptOnStart).
+	execute(code string, handle func(kernelMsg), stop <-chan struct{}) error
+	// interrupt interrupts the kernel now, as Jupyter's interrupt does: code
+	// it runs stops, and an idle kernel ignores it.
 	interrupt() error
 	// shutdown stops the kernel for good.
 	shutdown() error
@@ -32,6 +35,11 @@ type runSlot struct {
 	id     string
 	handle func(kernelMsg)
 	done   chan error
+	// started: the kernel has said it runs the code (execute_input); an
+	// interrupt before that finds it between cells, where kernels ignore
+	// interrupts, so it waits in pending.
+	started bool
+	pending func() error
 }
 
 // begin makes id the current run. The returned channel receives the run's
@@ -40,7 +48,41 @@ func (s *runSlot) begin(id string, handle func(kernelMsg)) <-chan error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.id, s.handle, s.done = id, handle, make(chan error, 1)
+	s.started, s.pending = false, nil
 	return s.done
+}
+
+// interruptOnStart interrupts the current run with send: at once if the
+// kernel runs its code already, else as soon as it says it does. early also
+// sends at once a run not started (for a kernel that may never say so).
+// This is what makes an interrupt right after a run's start work: the
+// kernel of a new context may take a second to take the code up.
+func (s *runSlot) interruptOnStart(send func() error, early bool) error {
+	s.mu.Lock()
+	if s.done == nil {
+		s.mu.Unlock()
+		return nil // the run is over
+	}
+	if !s.started {
+		s.pending = send
+	}
+	started := s.started
+	s.mu.Unlock()
+	if started || early {
+		return send()
+	}
+	return nil
+}
+
+// watchStop interrupts the run whose end is done once stop is closed.
+func (s *runSlot) watchStop(stop <-chan struct{}, done <-chan struct{}, send func() error, early bool) {
+	go func() {
+		select {
+		case <-stop:
+			_ = s.interruptOnStart(send, early)
+		case <-done:
+		}
+	}()
 }
 
 // end forgets the current run.
@@ -48,6 +90,7 @@ func (s *runSlot) end() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.id, s.handle, s.done = "", nil, nil
+	s.started, s.pending = false, nil
 }
 
 // deliver passes a message answering request parent to its run: a status
@@ -69,6 +112,13 @@ func (s *runSlot) deliver(parent string, m kernelMsg) {
 		}
 		return
 	}
+	if m.msgType == "execute_input" && !s.started {
+		s.started = true
+		if send := s.pending; send != nil {
+			s.pending = nil
+			go func() { _ = send() }()
+		}
+	}
 	s.handle(m)
 }
 
@@ -85,4 +135,5 @@ func (s *runSlot) finishLocked(err error) {
 	}
 	s.done <- err
 	s.id, s.handle, s.done = "", nil, nil
+	s.started, s.pending = false, nil
 }

@@ -133,7 +133,7 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-func (k *pythonKernel) execute(code string, handle func(kernelMsg)) error {
+func (k *pythonKernel) execute(code string, handle func(kernelMsg), stop <-chan struct{}) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	select {
@@ -144,6 +144,11 @@ func (k *pythonKernel) execute(code string, handle func(kernelMsg)) error {
 	id := newID()
 	done := k.slot.begin(id, handle)
 	defer k.slot.end()
+	// The driver takes SIGINT only once it runs the cell: before, it may
+	// not have set its handler yet, and Python would exit of it.
+	finished := make(chan struct{})
+	defer close(finished)
+	k.slot.watchStop(stop, finished, k.interrupt, false)
 	req, _ := json.Marshal(struct {
 		MsgID string `json:"msg_id"`
 		Code  string `json:"code"`
@@ -163,6 +168,7 @@ func (k *pythonKernel) deadErr() error {
 
 // interrupt sends SIGINT to the driver's process group, as Jupyter does to
 // a kernel: the cell gets KeyboardInterrupt, its child processes the signal.
+// The driver ignores it between cells.
 func (k *pythonKernel) interrupt() error {
 	if err := k.proc.signal(syscall.SIGINT); err != nil && !errors.Is(err, errNotRunning) {
 		return err
