@@ -39,16 +39,20 @@ func (c *clipped) add(s string) {
 	}
 }
 
-// text is the kept text, with a marker where some was left out.
-func (c *clipped) text(what string) string {
+// text is the kept text, with a marker where some was left out that says
+// how to see the rest.
+func (c *clipped) text(what, seeAll string) string {
 	if c.omitted == 0 {
 		return string(c.head) + string(c.tail)
 	}
 	return fmt.Sprintf("%s\n[... %d bytes of %s left out; %s ...]\n%s", c.head, c.omitted, what, seeAll, c.tail)
 }
 
-// seeAll tells the model where the rest of a long output is.
-const seeAll = "to see all of it, run the command again with its output redirected to a file (cmd > /tmp/out.txt 2>&1) and read that with file_read and range_header"
+// Where the rest of a long output is.
+const (
+	seeAllCommand = "to see all of it, run the command again with its output redirected to a file (cmd > /tmp/out.txt 2>&1) and read that with file_read and range_header"
+	seeAllCode    = "to see all of it, write it to a file in the code and read that with file_read and range_header"
+)
 
 // Output is one piece of a command's output (upstream's OutputMessage).
 type Output struct {
@@ -265,10 +269,10 @@ func (t *tools) commandRun(ctx context.Context, c *caller, in CommandArgs) (*sdk
 		return nil, ex, err
 	}
 	// One entry per stream: the lines, clipped as a whole.
-	if s := out.text("stdout"); s != "" {
+	if s := out.text("stdout", seeAllCommand); s != "" {
 		ex.Logs.Stdout = []Output{{Text: s, Timestamp: outTS}}
 	}
-	if s := errs.text("stderr"); s != "" {
+	if s := errs.text("stderr", seeAllCommand); s != "" {
 		ex.Logs.Stderr = []Output{{Text: s, Timestamp: errTS, IsError: true}}
 	}
 	return nil, ex, nil
@@ -395,7 +399,7 @@ func (t *tools) codeRun(ctx context.Context, c *caller, in CodeArgs) (*sdk.CallT
 	if err != nil {
 		return nil, out, err
 	}
-	out.Stdout, out.Stderr = stdout.text("stdout"), stderr.text("stderr")
+	out.Stdout, out.Stderr = stdout.text("stdout", seeAllCode), stderr.text("stderr", seeAllCode)
 	res := &sdk.CallToolResult{}
 	summary, _ := json.MarshalIndent(out, "", "  ")
 	res.Content = append([]sdk.Content{&sdk.TextContent{Text: string(summary)}}, content...)

@@ -154,7 +154,8 @@ test(`${transportName}: a code-interpreter sandbox: commands, files, code, image
 
     // The endpoint of a port: a URL that reaches a server in the sandbox.
     await ok("file_write", { sandbox_id: id, path: "/tmp/www/index.html", content: "from the sandbox" });
-    await ok("command_run", { sandbox_id: id, command: "cd /tmp/www && python3 -m http.server 8000", background: true });
+    const server = await ok("command_run", { sandbox_id: id, command: "cd /tmp/www && exec python3 -u -m http.server 8000", background: true });
+    assert.ok(server.id, "a background command returns its id");
     const ep = await ok("sandbox_get_endpoint", { sandbox_id: id, port: 8000 });
     assert.match(ep.url, /^http:\/\/.*\/sandboxes\/.*\/proxy\/8000$/);
     let body = "";
@@ -164,6 +165,23 @@ test(`${transportName}: a code-interpreter sandbox: commands, files, code, image
       if (!res.ok) await new Promise((r) => setTimeout(r, 100));
     }
     assert.equal(body, "from the sandbox");
+
+    // The background command's output, read by cursor, then stopped.
+    let logs = await ok("command_logs", { sandbox_id: id, execution_id: server.id });
+    for (let i = 0; i < 100 && !logs.output.includes("GET /index.html"); i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      logs = await ok("command_logs", { sandbox_id: id, execution_id: server.id });
+    }
+    assert.match(logs.output, /GET \/index.html/);
+    assert.equal(logs.running, true);
+    const later = await ok("command_logs", { sandbox_id: id, execution_id: server.id, cursor: logs.next_cursor });
+    assert.ok(!later.output.includes("GET /index.html"), "a cursor reads only what came after it");
+    assert.deepEqual(await ok("command_interrupt", { sandbox_id: id, execution_id: server.id }), { status: "interrupted" });
+    for (let i = 0; i < 100 && logs.running; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      logs = await ok("command_logs", { sandbox_id: id, execution_id: server.id });
+    }
+    assert.equal(logs.running, false);
 
     // Pause and resume.
     assert.deepEqual(await ok("sandbox_pause", { sandbox_id: id }), { status: "paused", state: "Paused" });
