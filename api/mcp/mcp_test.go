@@ -168,6 +168,9 @@ func TestBadArgumentsAreToolErrors(t *testing.T) {
 		{"sandbox_renew", map[string]any{"sandbox_id": "s", "timeout_seconds": -1}, "positive"},
 		{"file_read", map[string]any{"sandbox_id": "s", "path": "/a", "encoding": "latin-1"}, "not supported"},
 		{"code_run", map[string]any{"sandbox_id": "s", "code": ""}, "code must not be empty"},
+		{"sandbox_kill", map[string]any{"sandbox_id": ".."}, "is not an id"},
+		{"command_run", map[string]any{"sandbox_id": "", "command": "id"}, "is not an id"},
+		{"snapshot_restore", map[string]any{"snapshot_id": "."}, "is not an id"},
 	} {
 		res := call(t, cs, tt.tool, tt.args)
 		if !res.IsError || !strings.Contains(text(res), tt.want) {

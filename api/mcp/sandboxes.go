@@ -84,6 +84,10 @@ type sandboxArg struct {
 	SandboxID string `json:"sandbox_id" jsonschema:"the sandbox's id, as sandbox_create or sandbox_list returned it"`
 }
 
+func (a sandboxArg) validate() error { return checkID("sandbox_id", a.SandboxID) }
+
+func (a SnapshotArgs) validate() error { return checkID("snapshot_id", a.SnapshotID) }
+
 // CreateArgs are sandbox_create's arguments (upstream's, plus volumes).
 type CreateArgs struct {
 	Image                        string            `json:"image" jsonschema:"container image to run, e.g. python:3.12-slim or opensandbox/code-interpreter:v1.1.0 (the server must have it or be able to pull it)"`

@@ -12,6 +12,7 @@ package mcp
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -103,8 +104,25 @@ type handler[In, Out any] func(ctx context.Context, c *caller, in In) (*sdk.Call
 // add registers a tool.
 func add[In, Out any](s *sdk.Server, t *tools, tool *sdk.Tool, h handler[In, Out]) {
 	sdk.AddTool(s, tool, func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, Out, error) {
+		if v, ok := any(in).(validator); ok {
+			if err := v.validate(); err != nil {
+				var zero Out
+				return nil, zero, err
+			}
+		}
 		return h(ctx, t.api.callerOf(ctx, req), in)
 	})
+}
+
+// validator is arguments that check themselves (beyond their schema).
+type validator interface{ validate() error }
+
+// checkID refuses an id that is empty or a path segment of its own.
+func checkID(name, id string) error {
+	if id == "" || id == "." || id == ".." {
+		return fmt.Errorf("%s %q is not an id", name, id)
+	}
+	return nil
 }
 
 // Tool annotations.
