@@ -10,6 +10,7 @@ import (
 	"github.com/sandboxd/sandboxd/lifecycle"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/egress"
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
 // Backends are the lifecycle services the server serves, one narrow
@@ -92,7 +93,9 @@ type FileBackend interface {
 	// upload's files one by one, or nil (the agent reads the form).
 	FileWriter(rt http.RoundTripper) runtime.FileWriter
 	OpenFile(ctx context.Context, id, path string) (*lifecycle.File, error)
-	PutUpload(ctx context.Context, id string, r *http.Request, fw runtime.FileWriter) error
+	// UploadSink is where an upload's files go: through fw, or with the
+	// archive API when fw is nil.
+	UploadSink(id string, fw runtime.FileWriter) transfer.Sink
 }
 
 // EgressBackend serves a sandbox's egress API (egress.go) and the egress

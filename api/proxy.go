@@ -46,10 +46,11 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request, id, portTex
 		s.serveEgress(w, r, id, rest)
 		return
 	}
-	if port == lifecycle.ExecdPort && r.ContentLength != 0 && rest != "/files/upload" && !requireJSON(w, r) {
+	route := fileRouteOf(r, port, rest)
+	if port == lifecycle.ExecdPort && r.ContentLength != 0 && !route.form() && !requireJSON(w, r) {
 		return // execd takes JSON bodies only, but for uploads
 	}
-	if port == lifecycle.ExecdPort && r.ContentLength > 0 && r.ContentLength <= maxHeldBody && rest != "/files/upload" {
+	if port == lifecycle.ExecdPort && r.ContentLength > 0 && r.ContentLength <= maxHeldBody && !route.form() {
 		// Read whole, the body goes to the agent with the headers in one
 		// write (a body still streaming from the client would be sent in
 		// a frame of its own).
@@ -60,7 +61,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request, id, portTex
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	transport, err := s.proxyTransport(w, r, id, port, rest)
+	transport, err := s.proxyTransport(w, r, id, route)
 	if transport == nil {
 		if err != nil {
 			s.fail(w, r, err)

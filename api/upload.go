@@ -9,7 +9,38 @@ import (
 
 	"github.com/sandboxd/sandboxd/lifecycle"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
+
+// fileRoute is what a proxied request is to the file routes of the execd
+// API, which sandboxd serves itself or hands to the agent; handleProxy
+// decides it once.
+type fileRoute int
+
+const (
+	routeNone     fileRoute = iota
+	routeForm               // /files/upload with another method than POST: its body is not JSON either
+	routeUpload             // POST /files/upload
+	routeDownload           // GET or HEAD /files/download
+)
+
+// fileRouteOf is the file route of a request to path rest of port.
+func fileRouteOf(r *http.Request, port int, rest string) fileRoute {
+	switch {
+	case port != lifecycle.ExecdPort:
+		return routeNone
+	case rest == "/files/upload" && r.Method == http.MethodPost:
+		return routeUpload
+	case rest == "/files/upload":
+		return routeForm
+	case rest == "/files/download" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		return routeDownload
+	}
+	return routeNone
+}
+
+// form reports whether the route's body is an upload form, not JSON.
+func (f fileRoute) form() bool { return f == routeUpload || f == routeForm }
 
 // proxyTransport returns the agent transport a proxied request goes
 // through. Uploads and downloads are served here: of a sandbox that runs
@@ -18,10 +49,9 @@ import (
 // when the transport writes files one by one; otherwise it is proxied to
 // the agent as it is). Then, or on an error, it returns nil having
 // answered (or with the error).
-func (s *Server) proxyTransport(w http.ResponseWriter, r *http.Request, id string, port int, rest string) (http.RoundTripper, error) {
-	upload := r.Method == http.MethodPost && rest == "/files/upload"
-	download := (r.Method == http.MethodGet || r.Method == http.MethodHead) && rest == "/files/download"
-	if port != lifecycle.ExecdPort || !upload && !download {
+func (s *Server) proxyTransport(w http.ResponseWriter, r *http.Request, id string, route fileRoute) (http.RoundTripper, error) {
+	upload, download := route == routeUpload, route == routeDownload
+	if !upload && !download {
 		return s.proxy.Transport(r.Context(), id)
 	}
 	rt, err := s.files.FilesTransport(r.Context(), id)
@@ -79,8 +109,8 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, id strin
 // handleUpload writes an execd upload into a sandbox through its agent's
 // file writer fw, or into a stopped sandbox (fw nil).
 func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, id string, fw runtime.FileWriter) {
-	if err := s.files.PutUpload(r.Context(), id, r, fw); err != nil {
-		s.fail(w, r, err)
+	if err := transfer.Upload(r.Context(), r, s.files.UploadSink(id, fw)); err != nil {
+		s.fail(w, r, lifecycle.UploadError(err))
 		return
 	}
 	w.WriteHeader(http.StatusOK)

@@ -46,6 +46,9 @@ stage "gofmt" bash -c 'out=$(gofmt -l .); [ -z "$out" ] || { echo "$out"; exit 1
 # staticcheck at a pinned version, fetched once through the Go module proxy.
 stage "staticcheck" go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 stage "unit tests" go test ./...
+# The same tests under the race detector: the services share state across
+# goroutines (pool fillers, the reaper, egress watchers, agent sessions).
+stage "unit tests (race)" go test -race ./...
 
 # ---- every release platform compiles and vets (issue 14) ----
 # Compile-only (no linking) and cached, so a run without changes takes

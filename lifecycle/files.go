@@ -15,16 +15,17 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime"
-	"github.com/sandboxd/sandboxd/runtime/agent"
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
 // execd error codes used by the file routes sandboxd serves itself.
+// They are transfer's, the one vocabulary of file transfers.
 const (
-	CodeFileNotFound    = "FILE_NOT_FOUND"
-	CodeInvalidFile     = "INVALID_FILE"
-	CodeInvalidFileMeta = "INVALID_FILE_METADATA"
-	CodeMissingQuery    = "MISSING_QUERY"
-	CodeRuntimeError    = "RUNTIME_ERROR"
+	CodeFileNotFound    = transfer.CodeFileNotFound
+	CodeInvalidFile     = transfer.CodeInvalidFile
+	CodeInvalidFileMeta = transfer.CodeInvalidFileMetadata
+	CodeMissingQuery    = transfer.CodeMissingQuery
+	CodeRuntimeError    = transfer.CodeRuntimeError
 )
 
 // spoolInMemory is the largest upload kept in memory; bigger ones are
@@ -39,34 +40,6 @@ type FileMeta struct {
 	Mode  int     `json:"mode"` // octal digits written as a decimal number; 0 = default
 }
 
-// ParseMode reads upstream's "octal digits as a decimal int" mode.
-func ParseMode(m int) (os.FileMode, error) {
-	if m < 0 || m > 7777 {
-		return 0, fmt.Errorf("mode %d is not 0..7777", m)
-	}
-	var out os.FileMode
-	for shift, n := 0, m; n > 0; shift, n = shift+3, n/10 {
-		d := n % 10
-		if d > 7 {
-			return 0, fmt.Errorf("mode %d has a digit that is not octal", m)
-		}
-		out |= os.FileMode(d) << shift
-	}
-	return out, nil
-}
-
-// cleanPath validates an absolute in-sandbox path.
-func cleanPath(p string) (string, error) {
-	if !strings.HasPrefix(p, "/") || strings.Contains(p, "\x00") {
-		return "", errf(KindInvalid, CodeInvalidFileMeta, "path %q must be absolute", p)
-	}
-	c := path.Clean(p)
-	if c == "/" {
-		return "", errf(KindInvalid, CodeInvalidFileMeta, "path %q names the root directory, not a file", p)
-	}
-	return c, nil
-}
-
 // Files is the service of file transfers: it says which way a sandbox's
 // files move now, and moves them with the archive API when no process of
 // the sandbox can run.
@@ -75,7 +48,7 @@ type Files struct {
 	sandboxes fileSandboxes
 	// spooler holds uploads into a stopped sandbox; tests count its temp
 	// files.
-	spooler agent.Spooler
+	spooler transfer.Spooler
 }
 
 // fileSandboxes is what Files needs of the sandboxes service.
@@ -140,11 +113,11 @@ func (f *Files) archive() runtime.Archive { return f.rt.Features().Archive }
 // archive API (see FilesTransport). Missing parent directories are
 // created; a new file gets mode 0644, an existing file keeps its mode.
 func (f *Files) PutFile(ctx context.Context, id string, meta FileMeta, content io.Reader) error {
-	p, err := cleanPath(meta.Path)
-	if err != nil {
-		return err
+	p, perr := transfer.UploadPath(meta.Path)
+	if perr != nil {
+		return transferError(perr)
 	}
-	mode, err := ParseMode(meta.Mode)
+	mode, err := transfer.ParseMode(meta.Mode)
 	if err != nil {
 		return errf(KindInvalid, CodeInvalidFileMeta, "file %s: %v", p, err)
 	}
@@ -159,40 +132,48 @@ func (f *Files) PutFile(ctx context.Context, id string, meta FileMeta, content i
 	if rec.ReadOnlyRootfs {
 		return errf(KindConflict, CodeNotRunning, "sandbox %s has a read-only root and is not running: files cannot be written", id)
 	}
-	announced, streamed := content.(*Announced)
-	streamed = streamed && announced.Size > spoolInMemory
-	body, spooled := content.(*agent.Spooled)
-	if !spooled && !streamed {
-		if body, err = f.spooler.Spool(content, spoolInMemory); err != nil {
-			return &Error{Kind: KindInvalid, Code: CodeInvalidFile, Message: "read upload of " + p, Err: err}
+	// The target is found once the content is at hand (spooled unless
+	// its announced size lets it stream), and kept if it is written again.
+	var t *archiveTarget
+	err = transfer.PutSized(content, f.spooler, spoolInMemory, func(size int64, body io.Reader) error {
+		if t == nil {
+			tt, err := f.target(ctx, rec.ContainerID, p, mode, uid, gid)
+			if err != nil {
+				return err
+			}
+			t = &tt
 		}
-		defer body.Close()
+		return f.putArchive(ctx, *t, size, body)
+	})
+	var bad *transfer.BodyError
+	switch {
+	case errors.As(err, &bad):
+		return &Error{Kind: KindInvalid, Code: CodeInvalidFile, Message: "read upload of " + p, Err: bad.Err}
+	case err == nil:
+		return nil
 	}
-	dir, missing, err := f.existingAncestor(ctx, rec.ContainerID, path.Dir(p))
-	if err != nil {
+	if _, ok := AsError(err); ok {
 		return err
+	}
+	return f.fileError(err, p)
+}
+
+// target is where file p of container cid goes: its deepest existing
+// directory, the directories to create below it, and its mode (mode, else
+// the existing file's, else 0644) and owner.
+func (f *Files) target(ctx context.Context, cid, p string, mode os.FileMode, uid, gid int) (archiveTarget, error) {
+	dir, missing, err := f.existingAncestor(ctx, cid, path.Dir(p))
+	if err != nil {
+		return archiveTarget{}, err
 	}
 	if mode == 0 {
 		// Only a regular file's mode is kept: a symlink's is 0777.
 		mode = 0o644
-		if st, err := f.archive().StatPath(ctx, rec.ContainerID, p); err == nil && st.Mode.IsRegular() {
+		if st, err := f.archive().StatPath(ctx, cid, p); err == nil && st.Mode.IsRegular() {
 			mode = st.Mode.Perm()
 		}
 	}
-	t := archiveTarget{cid: rec.ContainerID, dir: dir, missing: missing, name: path.Base(p), mode: mode, uid: uid, gid: gid}
-	if streamed {
-		err = f.putAnnounced(ctx, t, announced)
-	} else {
-		err = f.putArchive(ctx, t, body.Size, body)
-	}
-	var bad *bodyError
-	if errors.As(err, &bad) {
-		return &Error{Kind: KindInvalid, Code: CodeInvalidFile, Message: "read upload of " + p, Err: bad.err}
-	}
-	if err != nil {
-		return f.fileError(err, p)
-	}
-	return nil
+	return archiveTarget{cid: cid, dir: dir, missing: missing, name: path.Base(p), mode: mode, uid: uid, gid: gid}, nil
 }
 
 // archiveOwner is the owner an upload into a stopped sandbox gets, written
@@ -227,123 +208,17 @@ type archiveTarget struct {
 }
 
 // putArchive streams size bytes of body into the container as a one-file
-// tar, read by the Docker client straight from body: no pipe, no copying
-// goroutine. A failure to read body, or a body of another size, is
-// returned over Docker's error, which is only its consequence.
+// tar, read by the engine's client straight from body: no pipe, no
+// copying goroutine.
 func (f *Files) putArchive(ctx context.Context, t archiveTarget, size int64, body io.Reader) error {
 	head, err := tarHead(t, size)
 	if err != nil {
 		return err
 	}
-	src := &exactReader{r: body, left: size}
 	// The file's data is padded to a whole block, then two zero blocks end
 	// the archive.
 	tail := make([]byte, (tarBlock-size%tarBlock)%tarBlock+2*tarBlock)
-	err = f.archive().PutArchive(ctx, t.cid, t.dir, io.MultiReader(bytes.NewReader(head), src, bytes.NewReader(tail)))
-	if src.err != nil {
-		return src.err
-	}
-	return err
-}
-
-// Announced is an upload whose size the client announced but that is not
-// checked yet (api derives it from Content-Length). It is streamed into
-// the sandbox as it arrives, and kept in a temp file meanwhile: if its
-// real size differs, the file is written again from that copy.
-type Announced struct {
-	io.Reader
-	Size int64
-}
-
-// putAnnounced streams an announced upload, falling back to spooling it
-// when the announcement was wrong.
-func (f *Files) putAnnounced(ctx context.Context, t archiveTarget, a *Announced) error {
-	copied, err := f.spooler.File()
-	if err != nil {
-		return err
-	}
-	defer copied.Close()
-	err = f.putArchive(ctx, t, a.Size, io.TeeReader(fullReader{a.Reader}, copied))
-	if !errors.Is(err, errSizeMismatch) {
-		return err
-	}
-	// The copy holds all that was read; the rest of the upload joins it.
-	if _, err := io.Copy(copied, a.Reader); err != nil {
-		return &bodyError{err}
-	}
-	if err := copied.Rewind(); err != nil {
-		return err
-	}
-	return f.putArchive(ctx, t, copied.Size, copied)
-}
-
-// fullReader fills every read it can: a multipart part yields a few KiB
-// per read, and passed on like that each would cost a write to the copy
-// and a chunk of its own in the request to Docker.
-type fullReader struct{ r io.Reader }
-
-func (f fullReader) Read(p []byte) (n int, err error) {
-	for n < len(p) && err == nil {
-		var m int
-		m, err = f.r.Read(p[n:])
-		n += m
-	}
-	return n, err
-}
-
-// errSizeMismatch says an announced upload was not of the announced size.
-var errSizeMismatch = errors.New("upload size differs from the announced size")
-
-// bodyError is a failure to read the client's upload, as opposed to a
-// failure to write it into the sandbox.
-type bodyError struct{ err error }
-
-func (e *bodyError) Error() string { return "read upload: " + e.err.Error() }
-
-// exactReader passes on r if it holds exactly left bytes, and fails with
-// errSizeMismatch as soon as it is clear that it does not. err keeps the
-// failure, whatever the reader's reader does with it.
-type exactReader struct {
-	r    io.Reader
-	left int64
-	err  error
-	one  [1]byte
-}
-
-func (e *exactReader) Read(b []byte) (int, error) {
-	n, err := e.read(b)
-	if err != nil && err != io.EOF {
-		e.err = err
-	}
-	return n, err
-}
-
-func (e *exactReader) read(b []byte) (int, error) {
-	if e.left == 0 {
-		n, err := io.ReadFull(e.r, e.one[:])
-		switch {
-		case n > 0:
-			return 0, errSizeMismatch
-		case errors.Is(err, io.EOF):
-			return 0, io.EOF
-		default:
-			return 0, &bodyError{err}
-		}
-	}
-	if int64(len(b)) > e.left {
-		b = b[:e.left]
-	}
-	n, err := e.r.Read(b)
-	e.left -= int64(n)
-	switch {
-	case errors.Is(err, io.EOF) && e.left > 0:
-		return n, errSizeMismatch
-	case errors.Is(err, io.EOF):
-		return n, nil
-	case err != nil:
-		return n, &bodyError{err}
-	}
-	return n, nil
+	return f.archive().PutArchive(ctx, t.cid, t.dir, io.MultiReader(bytes.NewReader(head), body, bytes.NewReader(tail)))
 }
 
 const tarBlock = 512
@@ -422,10 +297,10 @@ func (f *File) Close() error { return f.closer.Close() }
 // archive API (see FilesTransport), following symlinks. A directory is a
 // clean 400, a missing path 404.
 func (f *Files) OpenFile(ctx context.Context, id, p string) (*File, error) {
-	if !strings.HasPrefix(p, "/") || strings.Contains(p, "\x00") {
-		return nil, errf(KindInvalid, CodeInvalidFile, "path %q must be absolute", p)
+	p, perr := transfer.CleanPath(p, CodeInvalidFile)
+	if perr != nil {
+		return nil, transferError(perr)
 	}
-	p = path.Clean(p)
 	rec, _, err := f.stopped(ctx, id)
 	if err != nil {
 		return nil, err

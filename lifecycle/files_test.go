@@ -10,37 +10,9 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/runtime"
-	"github.com/sandboxd/sandboxd/runtime/agent"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
-
-func TestParseMode(t *testing.T) {
-	tests := []struct {
-		in   int
-		want os.FileMode
-		ok   bool
-	}{
-		{644, 0o644, true},
-		{755, 0o755, true},
-		{600, 0o600, true},
-		{7, 0o7, true},
-		{0, 0, true},
-		{4755, 0o4755, true},
-		{7777, 0o7777, true},
-		{648, 0, false},
-		{9, 0, false},
-		{8, 0, false},
-		{680, 0, false},
-		{-1, 0, false},
-		{10000, 0, false},
-	}
-	for _, tt := range tests {
-		got, err := ParseMode(tt.in)
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("ParseMode(%d) = %o, %v; want %o, ok=%v", tt.in, got, err, tt.want, tt.ok)
-		}
-	}
-}
 
 // stopSandbox makes a sandbox's container exited, the only state in which
 // files move through the archive API.
@@ -214,7 +186,7 @@ func TestPutFileAnnounced(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := e.rt.Puts()
-			a := &Announced{Reader: bytes.NewReader(data), Size: tt.announced}
+			a := &transfer.Announced{Reader: bytes.NewReader(data), Size: tt.announced}
 			if err := e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/work/big.bin"}, a); err != nil {
 				t.Fatalf("PutFile: %v", err)
 			}
@@ -228,7 +200,7 @@ func TestPutFileAnnounced(t *testing.T) {
 	}
 
 	// A client that goes away mid-upload is a bad upload, not a runtime error.
-	broken := &Announced{Reader: &failingReader{data: data[:1<<20], err: io.ErrUnexpectedEOF}, Size: size}
+	broken := &transfer.Announced{Reader: &failingReader{data: data[:1<<20], err: io.ErrUnexpectedEOF}, Size: size}
 	wantCode(t, e.m.Files.PutFile(ctx, sb.ID, FileMeta{Path: "/work/broken.bin"}, broken), KindInvalid, CodeInvalidFile)
 	if made, left := spools(); made != len(tests)+1 || left != 0 {
 		t.Errorf("%d spool files made, %d left behind; want %d, none left", made, left, len(tests)+1)
@@ -241,7 +213,7 @@ func TestPutFileAnnounced(t *testing.T) {
 func spoolFiles(t *testing.T, m *Manager) func() (made, left int) {
 	dir := t.TempDir()
 	var files []*os.File
-	m.Files.spooler = agent.Spooler{Dir: dir, CreateTemp: func(dir, pattern string) (*os.File, error) {
+	m.Files.spooler = transfer.Spooler{Dir: dir, CreateTemp: func(dir, pattern string) (*os.File, error) {
 		f, err := os.CreateTemp(dir, pattern)
 		if err == nil {
 			files = append(files, f)

@@ -239,23 +239,3 @@ func FuzzParseHardening(f *testing.F) {
 		}
 	})
 }
-
-// FuzzParseMode checks upstream's "octal digits as a decimal" file mode:
-// accepted modes fit in 07777 and read back as the same digits.
-func FuzzParseMode(f *testing.F) {
-	for _, m := range []int{0, 644, 755, 7777, 8, 9, 800, 10000, -1, 4755} {
-		f.Add(m)
-	}
-	f.Fuzz(func(t *testing.T, m int) {
-		mode, err := ParseMode(m)
-		if err != nil {
-			return
-		}
-		if mode > 0o7777 {
-			t.Fatalf("ParseMode(%d) = %o, above 07777", m, mode)
-		}
-		if got := fmt.Sprintf("%o", uint32(mode)); got != fmt.Sprint(m) {
-			t.Fatalf("ParseMode(%d) = %s in octal", m, got)
-		}
-	})
-}

@@ -1,54 +1,29 @@
 package lifecycle
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 
 	"github.com/sandboxd/sandboxd/runtime"
-	"github.com/sandboxd/sandboxd/runtime/agent"
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
-// maxRecordedPrefix is how much of an upload body is kept to find where a
-// file part's data starts: a metadata part and the file part's headers.
-const maxRecordedPrefix = 72 << 10
-
-// maxReadBuffer bounds the buffer an upload body is read through.
-const maxReadBuffer = 256 << 10
-
-// PutUpload writes the files of an execd upload form, the body of r, into
-// sandbox id, one by one as they arrive: through fw, the writer FileWriter
-// found on the sandbox's files transport, or, when fw is nil (a stopped
-// sandbox), with Docker's archive API. The form is read here, by the
-// agent's parser, the one parser of uploads (the agent uses it too, when a
-// transport that cannot write files passes it the form), so every path
-// accepts and refuses the same forms.
-func (f *Files) PutUpload(ctx context.Context, id string, r *http.Request, fw runtime.FileWriter) error {
-	var sink fileSink = &archiveSink{files: f, id: id}
+// UploadSink is where the files of an upload into sandbox id go, the way
+// FilesTransport said they move: through fw, the writer FileWriter found
+// on the sandbox's files transport, or, when fw is nil (a stopped
+// sandbox), with the archive API (PutFile). The api reads the form with
+// transfer.Upload into it.
+func (f *Files) UploadSink(id string, fw runtime.FileWriter) transfer.Sink {
 	if fw != nil {
-		sink = agentSink{fw}
+		return agentSink{fw}
 	}
-	// multipart reads 4 KiB at a time: a larger buffer below it saves a
-	// system call per 4 KiB of a large upload.
-	buffered := bufio.NewReaderSize(r.Body, int(min(uint64(r.ContentLength), maxReadBuffer)))
-	sink.start(r, buffered)
-	err := agent.ReadUpload(r, f.spooler, func(meta agent.UploadMeta, part int, content io.Reader) error {
-		return sink.put(ctx, meta, part, content)
-	})
-	var uerr *agent.UploadError
-	if errors.As(err, &uerr) {
-		return uploadError(uerr)
-	}
-	return err
+	return &archiveSink{files: f, id: id}
 }
 
 // FileWriter returns the writer of rt, a sandbox's files transport, when
-// it writes an upload's files itself (then the api hands it the upload,
-// PutUpload); nil when the agent reads the form.
+// it writes an upload's files itself (then UploadSink writes through it); nil when the agent reads the form.
 func (f *Files) FileWriter(rt http.RoundTripper) runtime.FileWriter {
 	if bulk := f.rt.Features().BulkFiles; bulk != nil && rt != nil {
 		return bulk.FileWriter(rt)
@@ -56,44 +31,43 @@ func (f *Files) FileWriter(rt http.RoundTripper) runtime.FileWriter {
 	return nil
 }
 
-func uploadError(uerr *agent.UploadError) error {
-	kind := KindInvalid
-	switch {
-	case uerr.Status >= 500:
-		kind = KindInternal
-	case uerr.Status == http.StatusRequestEntityTooLarge:
-		kind = KindTooLarge
+// UploadError is err, a failed upload, as an *Error: a refusal of the
+// transfer (a malformed form, a path or mode the agent refused) keeps its
+// code, and its status if it is a 500 or a 413, else is a 400.
+func UploadError(err error) error {
+	var te *transfer.Error
+	if !errors.As(err, &te) {
+		return err
 	}
-	return &Error{Kind: kind, Code: uerr.Code, Message: uerr.Message}
+	return transferError(te)
 }
 
-// fileSink is where the files of an upload go: the sandbox's agent, or
-// Docker's archive API.
-type fileSink interface {
-	// start sees the request before its form is read; body is what the
-	// form will be read from (and r.Body afterwards).
-	start(r *http.Request, body io.Reader)
-	// put writes one file, the index-th part of the form.
-	put(ctx context.Context, meta agent.UploadMeta, index int, content io.Reader) error
+func transferError(te *transfer.Error) error {
+	kind := KindInvalid
+	switch {
+	case te.Status >= 500:
+		kind = KindInternal
+	case te.Status == http.StatusRequestEntityTooLarge:
+		kind = KindTooLarge
+	}
+	return &Error{Kind: kind, Code: te.Code, Message: te.Message}
 }
 
 // agentSink writes each file through the agent, which is given its data
 // as it arrives, whatever its size: nothing is spooled.
 type agentSink struct{ fw runtime.FileWriter }
 
-func (agentSink) start(r *http.Request, body io.Reader) { r.Body = io.NopCloser(body) }
-
-func (s agentSink) put(ctx context.Context, meta agent.UploadMeta, _ int, content io.Reader) error {
+func (s agentSink) Put(ctx context.Context, meta transfer.Meta, content io.Reader) error {
 	src := &readErr{r: content}
 	err := s.fw.WriteFile(ctx, runtime.FileMeta{Path: meta.Path, Owner: meta.Owner, Group: meta.Group, Mode: meta.Mode}, src)
-	var uerr *agent.UploadError
+	var te *transfer.Error
 	switch {
 	case err == nil:
 		return nil
 	case src.err != nil:
 		return &Error{Kind: KindInvalid, Code: CodeInvalidFile, Message: "read upload of " + meta.Path, Err: src.err}
-	case errors.As(err, &uerr):
-		return uploadError(uerr)
+	case errors.As(err, &te):
+		return transferError(te)
 	}
 	return &Error{Kind: KindUnavailable, Code: CodeAgentFailed, Message: "upload of " + meta.Path + " through the agent failed", Err: err}
 }
@@ -114,34 +88,18 @@ func (r *readErr) Read(p []byte) (int, error) {
 }
 
 // archiveSink writes each file into a stopped sandbox with PutFile. A tar
-// header needs the file's size up front: when the client sent a
-// Content-Length it tells the size of the last part, which then streams
-// straight into the sandbox instead of being spooled first. A part that
-// came before its metadata was spooled already, and is spooled only once.
+// header needs the file's size up front: it is a transfer.SizedSink, so
+// that the last part of an upload whose size the request tells streams
+// straight into the sandbox instead of being spooled first.
 type archiveSink struct {
-	files    *Files
-	id       string
-	boundary string
-	total    int64
-	prefix   *prefixRecorder
+	files *Files
+	id    string
 }
 
-func (s *archiveSink) start(r *http.Request, body io.Reader) {
-	_, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	s.boundary, s.total = params["boundary"], r.ContentLength
-	s.prefix = &prefixRecorder{r: body, limit: maxRecordedPrefix}
-	r.Body = io.NopCloser(s.prefix)
-}
+func (s *archiveSink) Spooler() transfer.Spooler { return s.files.spooler }
 
-func (s *archiveSink) put(ctx context.Context, meta agent.UploadMeta, index int, content io.Reader) error {
+func (s *archiveSink) Put(ctx context.Context, meta transfer.Meta, content io.Reader) error {
 	fm := FileMeta{Path: meta.Path, Mode: meta.Mode, Owner: nonEmpty(meta.Owner), Group: nonEmpty(meta.Group)}
-	// A part spooled before its metadata came has its size known, and
-	// was not the last part.
-	if _, spooled := content.(*agent.Spooled); !spooled {
-		if size, ok := lastPartSize(s.prefix.buf, s.boundary, s.total, index); ok {
-			content = &Announced{Reader: content, Size: size}
-		}
-	}
 	return s.files.PutFile(ctx, s.id, fm, content)
 }
 
@@ -150,50 +108,4 @@ func nonEmpty(s string) *string {
 		return nil
 	}
 	return &s
-}
-
-// prefixRecorder keeps the first limit bytes read through it.
-type prefixRecorder struct {
-	r     io.Reader
-	limit int
-	buf   []byte
-}
-
-func (p *prefixRecorder) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
-	if room := p.limit - len(p.buf); room > 0 {
-		p.buf = append(p.buf, b[:min(n, room)]...)
-	}
-	return n, err
-}
-
-// lastPartSize is the size of the data of part number index (from 0) of a
-// multipart body of total bytes, if that part is the last one and the body
-// ends the way multipart writers end it ("\r\n--boundary--\r\n"). prefix is
-// the start of the body and must hold the part's headers. The result is a
-// claim, not a fact: Announced checks it against the data.
-func lastPartSize(prefix []byte, boundary string, total int64, index int) (int64, bool) {
-	if boundary == "" || total <= 0 {
-		return 0, false
-	}
-	delim := []byte("\r\n--" + boundary)
-	off := 0
-	for i := 0; i <= index; i++ {
-		// The first delimiter may open the body, without the CRLF.
-		if i == 0 && bytes.HasPrefix(prefix, delim[2:]) {
-			off = len(delim) - 2
-			continue
-		}
-		j := bytes.Index(prefix[off:], delim)
-		if j < 0 {
-			return 0, false
-		}
-		off += j + len(delim)
-	}
-	end := bytes.Index(prefix[off:], []byte("\r\n\r\n"))
-	if end < 0 {
-		return 0, false
-	}
-	size := total - int64(off+end+4) - int64(len(delim)+len("--\r\n"))
-	return size, size >= 0
 }

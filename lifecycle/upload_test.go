@@ -13,54 +13,8 @@ import (
 	"testing/iotest"
 
 	"github.com/sandboxd/sandboxd/runtime"
-	"github.com/sandboxd/sandboxd/runtime/agent"
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
-
-func TestLastPartSize(t *testing.T) {
-	data := strings.Repeat("x", 5000)
-	// Go's writer, as the bench and the Go SDK send it.
-	var buf bytes.Buffer
-	w := multipart.NewWriter(&buf)
-	m, _ := w.CreateFormFile("metadata", "metadata")
-	m.Write([]byte(`{"path":"/tmp/x"}`))
-	f, _ := w.CreateFormFile("file", "x")
-	f.Write([]byte(data))
-	w.Close()
-	body := buf.Bytes()
-	if size, ok := lastPartSize(body[:600], w.Boundary(), int64(len(body)), 1); !ok || size != int64(len(data)) {
-		t.Errorf("Go writer: lastPartSize = %d, %v; want %d", size, ok, len(data))
-	}
-	// The file part's headers are not in the prefix.
-	if _, ok := lastPartSize(body[:150], w.Boundary(), int64(len(body)), 1); ok {
-		t.Error("lastPartSize found a part whose headers were not recorded")
-	}
-
-	// As undici (Node's fetch, the TypeScript SDK) serialises FormData.
-	b := "opensandbox_4f2a"
-	node := "--" + b + "\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\nContent-Type: application/json\r\n\r\n{\"path\":\"/a\"}\r\n" +
-		"--" + b + "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\nContent-Type: application/octet-stream\r\n\r\n" + data + "\r\n--" + b + "--\r\n"
-	if size, ok := lastPartSize([]byte(node[:400]), b, int64(len(node)), 1); !ok || size != int64(len(data)) {
-		t.Errorf("undici body: lastPartSize = %d, %v; want %d", size, ok, len(data))
-	}
-	// A preamble before the first delimiter.
-	pre := "preamble\r\n" + node
-	if size, ok := lastPartSize([]byte(pre[:400]), b, int64(len(pre)), 1); !ok || size != int64(len(data)) {
-		t.Errorf("with a preamble: lastPartSize = %d, %v; want %d", size, ok, len(data))
-	}
-	for _, tt := range []struct {
-		name     string
-		boundary string
-		total    int64
-	}{
-		{"no boundary", "", int64(len(node))},
-		{"no Content-Length", b, -1},
-		{"Content-Length too short", b, 100},
-	} {
-		if size, ok := lastPartSize([]byte(node[:400]), tt.boundary, tt.total, 1); ok {
-			t.Errorf("%s: lastPartSize = %d, true; want no size", tt.name, size)
-		}
-	}
-}
 
 // fileWriter writes files one by one, as an agent with bulk connections
 // does.
@@ -109,23 +63,23 @@ func TestPutUploadThroughAgent(t *testing.T) {
 	r := uploadRequest(t, nil,
 		[3]string{"metadata", "metadata", `{"path":"/a"}`}, [3]string{"file", "a", "first"},
 		[3]string{"file", "b", "early"}, [3]string{"metadata", "metadata", `{"path":"/b"}`})
-	if err := m.Files.PutUpload(t.Context(), "id", r, fw); err != nil {
-		t.Fatalf("PutUpload: %v", err)
+	if err := putUpload(t, m, "id", r, fw); err != nil {
+		t.Fatalf("upload: %v", err)
 	}
 	if fw.files["/a"] != "first" || fw.files["/b"] != "early" {
 		t.Errorf("files written: %v", fw.files)
 	}
 
-	wantCode(t, m.Files.PutUpload(t.Context(), "id", uploadRequest(t, nil, [3]string{"file", "a", "x"}), fw), KindInvalid, "INVALID_FILE_METADATA")
-	fw.fail = &agent.UploadError{Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR", Message: "read-only file system"}
-	wantCode(t, m.Files.PutUpload(t.Context(), "id", uploadRequest(t, nil, [3]string{"metadata", "metadata", `{"path":"/c"}`}, [3]string{"file", "c", "x"}), fw), KindInternal, "RUNTIME_ERROR")
+	wantCode(t, putUpload(t, m, "id", uploadRequest(t, nil, [3]string{"file", "a", "x"}), fw), KindInvalid, "INVALID_FILE_METADATA")
+	fw.fail = &transfer.Error{Status: http.StatusInternalServerError, Code: "RUNTIME_ERROR", Message: "read-only file system"}
+	wantCode(t, putUpload(t, m, "id", uploadRequest(t, nil, [3]string{"metadata", "metadata", `{"path":"/c"}`}, [3]string{"file", "c", "x"}), fw), KindInternal, "RUNTIME_ERROR")
 	fw.fail = nil
 	// A client that goes away mid-file is the client's failure.
 	full := uploadRequest(t, nil, [3]string{"metadata", "metadata", `{"path":"/d"}`}, [3]string{"file", "d", strings.Repeat("x", 10000)})
 	cut, _ := io.ReadAll(full.Body)
 	half := uploadRequest(t, io.MultiReader(bytes.NewReader(cut[:len(cut)/2]), iotest.ErrReader(errors.New("client went away"))))
 	half.Header = full.Header
-	wantCode(t, m.Files.PutUpload(t.Context(), "id", half, fw), KindInvalid, "INVALID_FILE")
+	wantCode(t, putUpload(t, m, "id", half, fw), KindInvalid, "INVALID_FILE")
 	if _, ok := fw.files["/d"]; ok {
 		t.Error("a cut upload was written")
 	}
@@ -149,8 +103,8 @@ func TestPutUploadEarlyPartSpooledOnce(t *testing.T) {
 		}
 		made, _ := spools()
 		puts := e.rt.Puts()
-		if err := e.m.Files.PutUpload(t.Context(), sb.ID, r, nil); err != nil {
-			t.Fatalf("Content-Length %v: PutUpload: %v", length, err)
+		if err := putUpload(t, e.m, sb.ID, r, nil); err != nil {
+			t.Fatalf("Content-Length %v: upload: %v", length, err)
 		}
 		if f, ok := e.rt.File(cid, "/work/big"); !ok || string(f.Data) != data {
 			t.Errorf("Content-Length %v: uploaded file has %d bytes, want %d", length, len(f.Data), len(data))
@@ -160,4 +114,11 @@ func TestPutUploadEarlyPartSpooledOnce(t *testing.T) {
 			t.Errorf("Content-Length %v: spooled %d times (%d left), written %d times; want once each, none left", length, now-made, left, e.rt.Puts()-puts)
 		}
 	}
+}
+
+// putUpload reads upload form r into sandbox id as the api does: into the
+// sink Files chooses, its errors as the api answers them.
+func putUpload(t *testing.T, m *Manager, id string, r *http.Request, fw runtime.FileWriter) error {
+	t.Helper()
+	return UploadError(transfer.Upload(t.Context(), r, m.Files.UploadSink(id, fw)))
 }

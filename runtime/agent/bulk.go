@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
 // Bulk connections. A file transfer through yamux costs every byte a frame,
@@ -362,6 +364,14 @@ const UploadRoute = "/_sandboxd/upload"
 
 const uploadDone = "done"
 
+// FileWriter is a transport that writes uploaded files one by one.
+type FileWriter interface {
+	// WriteFile writes content to the file meta describes. A refusal or
+	// failure of the agent is a *transfer.Error; an error reading content
+	// is returned as it is.
+	WriteFile(ctx context.Context, meta transfer.Meta, content io.Reader) error
+}
+
 // Files returns the file writer of t, a transport of a Client
 // (Transport), or nil if its session has no bulk connections.
 func Files(t http.RoundTripper) FileWriter {
@@ -372,11 +382,11 @@ func Files(t http.RoundTripper) FileWriter {
 }
 
 // WriteFile implements FileWriter for a session with bulk connections.
-func (r router) WriteFile(ctx context.Context, meta UploadMeta, content io.Reader) error {
+func (r router) WriteFile(ctx context.Context, meta transfer.Meta, content io.Reader) error {
 	return r.c.bulk.(*bulkTransport).WriteFile(ctx, meta, content)
 }
 
-func (b *bulkTransport) WriteFile(ctx context.Context, meta UploadMeta, content io.Reader) error {
+func (b *bulkTransport) WriteFile(ctx context.Context, meta transfer.Meta, content io.Reader) error {
 	m, err := json.Marshal(meta)
 	if err != nil {
 		return err
@@ -428,9 +438,9 @@ func (b *bulkTransport) WriteFile(ctx context.Context, meta UploadMeta, content 
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Code, Message string }
 		if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e); err != nil || e.Code == "" {
-			return &UploadError{resp.StatusCode, codeRuntimeError, "agent upload: " + resp.Status}
+			return &transfer.Error{Status: resp.StatusCode, Code: codeRuntimeError, Message: "agent upload: " + resp.Status}
 		}
-		return &UploadError{resp.StatusCode, e.Code, e.Message}
+		return &transfer.Error{Status: resp.StatusCode, Code: e.Code, Message: e.Message}
 	}
 	if _, err := io.Copy(io.Discard, resp.Body); err == nil && f != nil && br.Buffered() == 0 && stop() {
 		ok = true
@@ -451,7 +461,7 @@ func writeInto(f *os.File, content io.Reader) error {
 		return fmt.Errorf("agent upload: the descriptor is a %v, not a regular file", fi.Mode().Type())
 	}
 	dst := &writeErr{w: f}
-	if _, err := copyFilled(dst, content); err != nil {
+	if _, err := transfer.CopyFilled(dst, content); err != nil {
 		if dst.err != nil {
 			return runtimeError("error writing file: %v", err)
 		}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
 // directClient dials the daemon on name as sandboxd's direct path does,
@@ -121,7 +122,7 @@ func TestBulkConnections(t *testing.T) {
 		t.Fatal("a session with bulk connections writes no files")
 	}
 	q := filepath.Join(a.dir, "sub", "by-fd.bin")
-	if err := fw.WriteFile(t.Context(), UploadMeta{Path: q, permission: permission{Mode: 600}}, bytes.NewReader(data)); err != nil {
+	if err := fw.WriteFile(t.Context(), transfer.Meta{Path: q, Permission: transfer.Permission{Mode: 600}}, bytes.NewReader(data)); err != nil {
 		t.Fatalf("write by descriptor: %v", err)
 	}
 	if got, _ := os.ReadFile(q); !bytes.Equal(got, data) {
@@ -130,12 +131,12 @@ func TestBulkConnections(t *testing.T) {
 	if fi, _ := os.Stat(q); fi.Mode().Perm() != 0o600 {
 		t.Errorf("mode %o, want 0600", fi.Mode().Perm())
 	}
-	var uerr *UploadError
-	if err := fw.WriteFile(t.Context(), UploadMeta{Path: a.dir}, strings.NewReader("x")); !errors.As(err, &uerr) || uerr.Status != http.StatusBadRequest || uerr.Code != codeInvalidFileMetadata {
+	var uerr *transfer.Error
+	if err := fw.WriteFile(t.Context(), transfer.Meta{Path: a.dir}, strings.NewReader("x")); !errors.As(err, &uerr) || uerr.Status != http.StatusBadRequest || uerr.Code != codeInvalidFileMetadata {
 		t.Errorf("write over a directory: %v", err)
 	}
 	boom := errors.New("client went away")
-	if err := fw.WriteFile(t.Context(), UploadMeta{Path: q}, io.MultiReader(strings.NewReader("half"), iotest.ErrReader(boom))); !errors.Is(err, boom) {
+	if err := fw.WriteFile(t.Context(), transfer.Meta{Path: q}, io.MultiReader(strings.NewReader("half"), iotest.ErrReader(boom))); !errors.Is(err, boom) {
 		t.Errorf("write of a failing body: %v, want %v", err, boom)
 	}
 	if got, _ := os.ReadFile(q); !bytes.Equal(got, data) {

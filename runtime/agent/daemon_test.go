@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
 // TestMain lets spawnDaemon start this test binary as `sandboxd agent
@@ -402,7 +404,7 @@ func TestDaemonLogReachesBridge(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no daemon warning on the bridge's stderr; it holds %q", stderr.String())
 		}
-		resp := a.post(t, "/files/permissions", map[string]permission{f: {Owner: "no-such-user-sandboxd"}})
+		resp := a.post(t, "/files/permissions", map[string]transfer.Permission{f: {Owner: "no-such-user-sandboxd"}})
 		resp.Body.Close()
 		time.Sleep(20 * time.Millisecond)
 	}

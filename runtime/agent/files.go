@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
 // fileInfo is execd's FileInfo. Every field is required by the SDKs.
@@ -27,7 +29,7 @@ type fileInfo struct {
 	CreatedAt  time.Time `json:"created_at"`
 	Owner      string    `json:"owner"`
 	Group      string    `json:"group"`
-	Mode       int       `json:"mode"` // permission bits as octal digits: 0644 → 644
+	Mode       int       `json:"mode"` // transfer.Permission bits as octal digits: 0644 → 644
 }
 
 // idNames resolves and caches owner and group names for one request.
@@ -101,10 +103,26 @@ func fileType(m fs.FileMode) string {
 	}
 }
 
-// octalDigits writes permission bits the way execd does: 0644 → 644.
+// octalDigits writes transfer.Permission bits the way execd does: 0644 → 644.
 func octalDigits(m fs.FileMode) int {
 	n, _ := strconv.Atoi(strconv.FormatUint(uint64(m), 8))
 	return n
+}
+
+// fileMode is execd's mode (755) as Go's: setuid, setgid and sticky as
+// fs.ModeSetuid, fs.ModeSetgid and fs.ModeSticky, which os.Chmod reads.
+func fileMode(n int) (fs.FileMode, error) {
+	m, err := transfer.ParseMode(n)
+	if err != nil {
+		return 0, err
+	}
+	mode := m & fs.ModePerm
+	for bit, flag := range map[fs.FileMode]fs.FileMode{0o4000: fs.ModeSetuid, 0o2000: fs.ModeSetgid, 0o1000: fs.ModeSticky} {
+		if m&bit != 0 {
+			mode |= flag
+		}
+	}
+	return mode, nil
 }
 
 // absPath expands ~ and $VAR in p and makes it absolute.
@@ -127,9 +145,9 @@ func fileError(w http.ResponseWriter, err error) {
 
 // applyPermission sets mode (unless 0) and owner/group (those given). Names
 // that do not resolve are tried as numeric ids, then ignored, as in execd.
-func (s *server) applyPermission(p string, perm permission) error {
+func (s *server) applyPermission(p string, perm transfer.Permission) error {
 	if perm.Mode != 0 {
-		mode, err := parseOctalDigits(perm.Mode)
+		mode, err := fileMode(perm.Mode)
 		if err != nil {
 			return err
 		}
@@ -145,7 +163,7 @@ func (s *server) applyPermission(p string, perm permission) error {
 }
 
 // owner resolves perm's owner and group for p; -1 is "leave it".
-func (s *server) owner(p string, perm permission) (uid, gid int) {
+func (s *server) owner(p string, perm transfer.Permission) (uid, gid int) {
 	uid, gid = -1, -1
 	if perm.Owner != "" {
 		if u, err := user.Lookup(perm.Owner); err == nil {
@@ -284,9 +302,9 @@ func copyFile(src, dest string, mode fs.FileMode) error {
 	return out.Close()
 }
 
-// setPermissions serves POST /files/permissions {"<path>": permission}.
+// setPermissions serves POST /files/permissions {"<path>": transfer.Permission}.
 func (s *server) setPermissions(w http.ResponseWriter, r *http.Request) {
-	var req map[string]permission
+	var req map[string]transfer.Permission
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
 		return
@@ -484,10 +502,10 @@ func (s *server) replaceInFiles(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// makeDirs serves POST /directories {"<path>": permission}: mkdir -p, then
-// the permission.
+// makeDirs serves POST /directories {"<path>": transfer.Permission}: mkdir -p, then
+// the transfer.Permission.
 func (s *server) makeDirs(w http.ResponseWriter, r *http.Request) {
-	var req map[string]permission
+	var req map[string]transfer.Permission
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		writeError(w, http.StatusBadRequest, codeInvalidRequest, err.Error())
 		return

@@ -5,7 +5,6 @@ package agent
 import (
 	"bytes"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -17,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
 // uploadPart is one part of an upload, in the order it is sent.
@@ -289,9 +290,9 @@ func TestPermissions(t *testing.T) {
 	a := newTestAgent(t)
 	f := filepath.Join(a.dir, "f")
 	os.WriteFile(f, nil, 0o644)
-	body := map[string]permission{f: {Mode: 755, Owner: "65534", Group: "65534"}}
+	body := map[string]transfer.Permission{f: {Mode: 755, Owner: "65534", Group: "65534"}}
 	if os.Getuid() != 0 {
-		body[f] = permission{Mode: 755}
+		body[f] = transfer.Permission{Mode: 755}
 	}
 	if resp := a.post(t, "/files/permissions", body); resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
@@ -304,7 +305,7 @@ func TestPermissions(t *testing.T) {
 	if os.Getuid() == 0 && (fi.Owner == "root" || fi.Group == "root") {
 		t.Fatalf("owner %s:%s, want 65534", fi.Owner, fi.Group)
 	}
-	wantError(t, a.post(t, "/files/permissions", map[string]permission{f + ".missing": {Mode: 600}}), http.StatusNotFound, codeFileNotFound)
+	wantError(t, a.post(t, "/files/permissions", map[string]transfer.Permission{f + ".missing": {Mode: 600}}), http.StatusNotFound, codeFileNotFound)
 }
 
 func TestSearchFiles(t *testing.T) {
@@ -397,7 +398,7 @@ func TestReplaceInFiles(t *testing.T) {
 func TestDirectories(t *testing.T) {
 	a := newTestAgent(t)
 	root := filepath.Join(a.dir, "root")
-	if resp := a.post(t, "/directories", map[string]permission{filepath.Join(root, "b", "deep"): {Mode: 750}, filepath.Join(root, "a"): {}}); resp.StatusCode != http.StatusOK {
+	if resp := a.post(t, "/directories", map[string]transfer.Permission{filepath.Join(root, "b", "deep"): {Mode: 750}, filepath.Join(root, "a"): {}}); resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("mkdir: %s %s", resp.Status, b)
 	}
@@ -449,143 +450,17 @@ func TestDirectories(t *testing.T) {
 func TestOctalDigits(t *testing.T) {
 	for _, m := range []os.FileMode{0, 0o644, 0o755, 0o777, 0o7} {
 		n := octalDigits(m)
-		back, err := parseOctalDigits(n)
+		back, err := fileMode(n)
 		if err != nil || back != m {
 			t.Errorf("%o → %d → %o, %v", m, n, back, err)
 		}
 	}
-	if m, err := parseOctalDigits(4755); err != nil || m != os.ModeSetuid|0o755 {
+	if m, err := fileMode(4755); err != nil || m != os.ModeSetuid|0o755 {
 		t.Errorf("4755 → %v, %v", m, err)
 	}
 	for _, bad := range []int{8, 19, 99999, -1} {
-		if _, err := parseOctalDigits(bad); err == nil {
+		if _, err := fileMode(bad); err == nil {
 			t.Errorf("%d accepted", bad)
 		}
 	}
-}
-
-// TestUploadEarlyPartInMemoryBounded: file parts before their metadata,
-// with no temp file to spool them to, are held in memory only up to a
-// bound for the whole body, and past it refused without being read to the
-// end.
-func TestUploadEarlyPartInMemoryBounded(t *testing.T) {
-	t.Parallel()
-	noTemp := filepath.Join(t.TempDir(), "missing") // CreateTemp fails here
-	half := strings.Repeat("x", maxMemorySpool/2+1)
-	for _, tt := range []struct {
-		name  string
-		parts []uploadPart
-		ok    bool
-	}{
-		{"at the bound", []uploadPart{file("/f", strings.Repeat("x", maxMemorySpool)), meta("/f", 0)}, true},
-		{"one part over it", []uploadPart{file("/f", strings.Repeat("x", 4*maxMemorySpool)), meta("/f", 0)}, false},
-		{"two parts over it", []uploadPart{file("/f", half), file("/g", half), meta("/f", 0), meta("/g", 0)}, false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			ct, form := uploadBody(t, tt.parts)
-			size := form.Len()
-			body := &countingReader{r: form}
-			r, err := http.NewRequest(http.MethodPost, "/files/upload", body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.Header.Set("Content-Type", ct)
-			puts := 0
-			err = ReadUpload(r, Spooler{Dir: noTemp}, func(_ UploadMeta, _ int, content io.Reader) error {
-				puts++
-				_, err := io.Copy(io.Discard, content)
-				return err
-			})
-			var uerr *UploadError
-			switch {
-			case tt.ok && (err != nil || puts != len(tt.parts)/2):
-				t.Errorf("err %v, %d puts", err, puts)
-			case !tt.ok && (!errors.As(err, &uerr) || uerr.Status != http.StatusRequestEntityTooLarge || puts != 0):
-				t.Errorf("err %v, %d puts; want a 413 and no put", err, puts)
-			case !tt.ok && size > 3*maxMemorySpool && body.n > 2*maxMemorySpool:
-				t.Errorf("%d bytes of the body read before refusing", body.n)
-			}
-		})
-	}
-}
-
-// TestUploadEarlyPartsSizeBounded: file parts before their metadata are
-// spooled to at most maxEarlySpool bytes for the whole body, then refused
-// with a 413 without reading on.
-func TestUploadEarlyPartsSizeBounded(t *testing.T) {
-	t.Parallel()
-	half := strings.Repeat("x", maxEarlySpool/2+1)
-	for _, tt := range []struct {
-		name  string
-		parts []uploadPart
-		ok    bool
-	}{
-		{"at the bound", []uploadPart{file("/f", strings.Repeat("x", maxEarlySpool)), meta("/f", 0)}, true},
-		{"one part over it", []uploadPart{file("/f", strings.Repeat("x", 2*maxEarlySpool)), meta("/f", 0)}, false},
-		{"two parts over it", []uploadPart{file("/f", half), file("/g", half), meta("/f", 0), meta("/g", 0)}, false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			ct, form := uploadBody(t, tt.parts)
-			size := form.Len()
-			body := &countingReader{r: form}
-			r, _ := http.NewRequest(http.MethodPost, "/files/upload", body)
-			r.Header.Set("Content-Type", ct)
-			puts := 0
-			err := ReadUpload(r, Spooler{Dir: t.TempDir()}, func(_ UploadMeta, _ int, content io.Reader) error {
-				puts++
-				_, err := io.Copy(io.Discard, content)
-				return err
-			})
-			var uerr *UploadError
-			switch {
-			case tt.ok && (err != nil || puts != len(tt.parts)/2):
-				t.Errorf("err %v, %d puts", err, puts)
-			case !tt.ok && (!errors.As(err, &uerr) || uerr.Status != http.StatusRequestEntityTooLarge || puts != 0):
-				t.Errorf("err %v, %d puts; want a 413 and no put", err, puts)
-			case !tt.ok && body.n > maxEarlySpool+1<<20:
-				t.Errorf("%d of %d bytes of the body read before refusing", body.n, size)
-			}
-		})
-	}
-}
-
-// TestUploadEarlyPartsCounted: at most maxEarlyParts file parts wait for
-// their metadata at once (each holds a temp file).
-func TestUploadEarlyPartsCounted(t *testing.T) {
-	t.Parallel()
-	for _, n := range []int{maxEarlyParts, maxEarlyParts + 1} {
-		var parts []uploadPart
-		for i := range n {
-			parts = append(parts, file(fmt.Sprint("/f", i), "x"))
-		}
-		for i := range n {
-			parts = append(parts, meta(fmt.Sprint("/f", i), 0))
-		}
-		ct, body := uploadBody(t, parts)
-		r, err := http.NewRequest(http.MethodPost, "/files/upload", body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Header.Set("Content-Type", ct)
-		puts := 0
-		err = ReadUpload(r, Spooler{Dir: t.TempDir()}, func(UploadMeta, int, io.Reader) error { puts++; return nil })
-		var uerr *UploadError
-		switch {
-		case n <= maxEarlyParts && (err != nil || puts != n):
-			t.Errorf("%d early parts: err %v, %d puts", n, err, puts)
-		case n > maxEarlyParts && (!errors.As(err, &uerr) || uerr.Status != http.StatusBadRequest || puts != 0):
-			t.Errorf("%d early parts: err %v, %d puts; want a 400 and no put", n, err, puts)
-		}
-	}
-}
-
-type countingReader struct {
-	r io.Reader
-	n int
-}
-
-func (c *countingReader) Read(b []byte) (int, error) {
-	n, err := c.r.Read(b)
-	c.n += n
-	return n, err
 }

@@ -6,8 +6,9 @@ import (
 	"io/fs"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
 // FuzzUploadMeta feeds arbitrary metadata parts to the upload parser: a
@@ -22,18 +23,18 @@ func FuzzUploadMeta(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		meta, herr := readUploadMeta(strings.NewReader(string(b)))
+		meta, herr := transfer.ParseMeta(b)
 		if herr != nil {
 			if herr.Status != http.StatusBadRequest || herr.Code != codeInvalidFileMetadata || herr.Message == "" {
-				t.Fatalf("readUploadMeta(%q) refused with %+v, want a 400 %s", b, herr, codeInvalidFileMetadata)
+				t.Fatalf("ParseMeta(%q) refused with %+v, want a 400 %s", b, herr, codeInvalidFileMetadata)
 			}
 			return
 		}
 		if meta.Path == "" {
-			t.Fatalf("readUploadMeta(%q) accepted an empty path", b)
+			t.Fatalf("ParseMeta(%q) accepted an empty path", b)
 		}
-		if _, err := parseOctalDigits(meta.Mode); meta.Mode != 0 && err != nil {
-			t.Fatalf("readUploadMeta(%q) accepted mode %d: %v", b, meta.Mode, err)
+		if _, err := fileMode(meta.Mode); meta.Mode != 0 && err != nil {
+			t.Fatalf("ParseMeta(%q) accepted mode %d: %v", b, meta.Mode, err)
 		}
 		if p, err := absPath(meta.Path); err == nil && !filepath.IsAbs(p) {
 			t.Fatalf("absPath(%q) = %q, not absolute", meta.Path, p)
@@ -49,15 +50,15 @@ func FuzzParseOctalDigits(f *testing.F) {
 		f.Add(n)
 	}
 	f.Fuzz(func(t *testing.T, n int) {
-		mode, err := parseOctalDigits(n)
+		mode, err := fileMode(n)
 		if err != nil {
 			return
 		}
 		if extra := mode &^ (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky); extra != 0 {
-			t.Fatalf("parseOctalDigits(%d) = %v, with bits %v beyond a file mode", n, mode, extra)
+			t.Fatalf("fileMode(%d) = %v, with bits %v beyond a file mode", n, mode, extra)
 		}
 		if n <= 777 && octalDigits(mode) != n {
-			t.Fatalf("parseOctalDigits(%d) = %o, which reads back as %d", n, mode, octalDigits(mode))
+			t.Fatalf("fileMode(%d) = %o, which reads back as %d", n, mode, octalDigits(mode))
 		}
 	})
 }

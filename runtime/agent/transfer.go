@@ -17,17 +17,19 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
 // upload serves POST /files/upload, writing each file as it arrives.
 func (s *server) upload(w http.ResponseWriter, r *http.Request) {
-	err := ReadUpload(r, Spooler{Dir: s.opts.TempDir}, func(meta UploadMeta, _ int, content io.Reader) error {
+	err := transfer.ReadUpload(r, transfer.Spooler{Dir: s.opts.TempDir}, func(meta transfer.Meta, _ int, content io.Reader) error {
 		if uerr := s.writeUpload(meta, content); uerr != nil {
 			return uerr
 		}
 		return nil
 	})
-	var uerr *UploadError
+	var uerr *transfer.Error
 	switch {
 	case errors.As(err, &uerr):
 		writeError(w, uerr.Status, uerr.Code, uerr.Message)
@@ -45,25 +47,25 @@ func (s *server) upload(w http.ResponseWriter, r *http.Request) {
 // not followed: the new file has the default mode 0644 (not the link's
 // 0777), and the link's target is left alone. An existing regular file
 // keeps its mode and owner unless the metadata sets them.
-func (s *server) writeUpload(meta UploadMeta, src io.Reader) *UploadError {
+func (s *server) writeUpload(meta transfer.Meta, src io.Reader) *transfer.Error {
 	up, uerr := s.startUpload(meta)
 	if uerr != nil {
 		return uerr
 	}
 	defer up.abort()
-	if _, err := copyFilled(up.tmp, src); err != nil {
+	if _, err := transfer.CopyFilled(up.tmp, src); err != nil {
 		return runtimeError("error writing file %s: %v", up.path, err)
 	}
 	return up.finish()
 }
 
-func runtimeError(format string, args ...any) *UploadError {
-	return &UploadError{http.StatusInternalServerError, codeRuntimeError, fmt.Sprintf(format, args...)}
+func runtimeError(format string, args ...any) *transfer.Error {
+	return &transfer.Error{Status: http.StatusInternalServerError, Code: codeRuntimeError, Message: fmt.Sprintf(format, args...)}
 }
 
 // pendingUpload is an upload's temp file, waiting for its data.
 type pendingUpload struct {
-	meta     UploadMeta
+	meta     transfer.Meta
 	path     string
 	tmp      *os.File
 	mode     fs.FileMode
@@ -72,10 +74,10 @@ type pendingUpload struct {
 }
 
 // startUpload checks meta, creates the parents and the temp file.
-func (s *server) startUpload(meta UploadMeta) (*pendingUpload, *UploadError) {
+func (s *server) startUpload(meta transfer.Meta) (*pendingUpload, *transfer.Error) {
 	p, err := absPath(meta.Path)
 	if err != nil {
-		return nil, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, err.Error()}
+		return nil, &transfer.Error{Status: http.StatusBadRequest, Code: codeInvalidFileMetadata, Message: err.Error()}
 	}
 	dir := filepath.Dir(p)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -85,7 +87,7 @@ func (s *server) startUpload(meta UploadMeta) (*pendingUpload, *UploadError) {
 	if fi, err := os.Lstat(p); err == nil {
 		switch {
 		case fi.IsDir():
-			return nil, &UploadError{http.StatusBadRequest, codeInvalidFileMetadata, p + " is a directory"}
+			return nil, &transfer.Error{Status: http.StatusBadRequest, Code: codeInvalidFileMetadata, Message: p + " is a directory"}
 		case fi.Mode().IsRegular():
 			up.mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -94,9 +96,9 @@ func (s *server) startUpload(meta UploadMeta) (*pendingUpload, *UploadError) {
 		}
 	}
 	if meta.Mode != 0 {
-		up.mode, _ = parseOctalDigits(meta.Mode) // checked by parseUploadMeta
+		up.mode, _ = fileMode(meta.Mode) // checked by parseUploadMeta
 	}
-	if u, g := s.owner(p, meta.permission); u != -1 || g != -1 {
+	if u, g := s.owner(p, meta.Permission); u != -1 || g != -1 {
 		up.uid, up.gid = u, g
 	}
 	if up.tmp, err = os.CreateTemp(dir, ".sandboxd-upload-*"); err != nil {
@@ -115,7 +117,7 @@ func (up *pendingUpload) abort() {
 
 // finish gives the written temp file its owner and mode and renames it
 // over the path.
-func (up *pendingUpload) finish() *UploadError {
+func (up *pendingUpload) finish() *transfer.Error {
 	p, tmp := up.path, up.tmp
 	// Owner first: a chown clears setuid and setgid bits.
 	if up.uid != -1 || up.gid != -1 {
@@ -158,7 +160,7 @@ func (s *server) uploadByFd(w http.ResponseWriter, r *http.Request) {
 	// sandboxd sends the body only with a descriptor in hand: an error is
 	// answered without waiting for it (then sandboxd closes the connection).
 	_ = http.NewResponseController(w).EnableFullDuplex()
-	meta, uerr := parseUploadMeta([]byte(r.URL.Query().Get("meta")))
+	meta, uerr := transfer.ParseMeta([]byte(r.URL.Query().Get("meta")))
 	if uerr == nil {
 		var up *pendingUpload
 		if up, uerr = s.startUpload(meta); uerr == nil {
@@ -190,7 +192,7 @@ func overwrite(p, tmp string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := copyFilled(f, src); err != nil {
+	if _, err := transfer.CopyFilled(f, src); err != nil {
 		f.Close()
 		return err
 	}
@@ -291,9 +293,9 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// Whole buffers make fewer, larger yamux frames on the way out.
-		bp := transferBuffers.Get().(*[]byte)
-		_, _ = io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(f, length), *bp)
-		transferBuffers.Put(bp)
+		buf, release := transfer.Buffer()
+		_, _ = io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(f, length), buf)
+		release()
 	}
 }
 

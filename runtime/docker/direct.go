@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/agent"
+	filetransfer "github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
 // The agent's direct path. Over the exec stream every byte to the agent
@@ -113,7 +114,7 @@ func (d *Docker) FileWriter(t http.RoundTripper) runtime.FileWriter {
 type agentFiles struct{ fw agent.FileWriter }
 
 func (a agentFiles) WriteFile(ctx context.Context, meta runtime.FileMeta, content io.Reader) error {
-	m := agent.UploadMeta{Path: meta.Path}
+	m := filetransfer.Meta{Path: meta.Path}
 	m.Owner, m.Group, m.Mode = meta.Owner, meta.Group, meta.Mode
 	return a.fw.WriteFile(ctx, m, content)
 }

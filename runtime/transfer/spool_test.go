@@ -1,4 +1,4 @@
-package agent
+package transfer
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ func TestSpool(t *testing.T) {
 	t.Parallel()
 	const inMemory = 1 << 10
 	dir := t.TempDir()
-	for _, size := range []int{0, 10, inMemory, inMemory + 1, 3*transferBuffer + 7} {
+	for _, size := range []int{0, 10, inMemory, inMemory + 1, 3*bufferSize + 7} {
 		data := bytes.Repeat([]byte("x"), size)
 		s, err := Spooler{Dir: dir}.Spool(bytes.NewReader(data), inMemory)
 		if err != nil {

@@ -1,7 +1,4 @@
-// The spool is portable: sandboxd uses it, on every OS, for uploads into
-// a stopped sandbox.
-
-package agent
+package transfer
 
 import (
 	"bytes"
@@ -58,7 +55,7 @@ func (s Spooler) spool(r io.Reader, inMemory int64, spare *int64) (*Spooled, err
 			return nil, err
 		}
 		if int64(buf.Len()) > *spare {
-			return nil, &UploadError{http.StatusRequestEntityTooLarge, codeInvalidFile, fmt.Sprintf(
+			return nil, &Error{http.StatusRequestEntityTooLarge, CodeInvalidFile, fmt.Sprintf(
 				"file parts before their metadata are held until it arrives, and no temp file can be made (%v): send each metadata part first, or keep such parts under %d bytes in all", err, maxMemorySpool)}
 		}
 		*spare -= int64(buf.Len())
@@ -67,7 +64,7 @@ func (s Spooler) spool(r io.Reader, inMemory int64, spare *int64) (*Spooled, err
 	if err != nil {
 		return nil, err
 	}
-	if _, err := copyFilled(sp, io.MultiReader(&buf, r)); err != nil {
+	if _, err := CopyFilled(sp, io.MultiReader(&buf, r)); err != nil {
 		sp.Close()
 		return nil, err
 	}
