@@ -91,3 +91,6 @@ func (d defaults) sandboxSpec(id, image string, cmd, env []string, labels map[st
 	}
 	return spec
 }
+
+// containerName is the name of sandbox id's container.
+func containerName(id string) string { return "sandbox-" + id }

@@ -2,8 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -52,18 +50,6 @@ type deps struct {
 	metrics  *Metrics
 	life     *life
 }
-
-// newID returns a random UUID4 string.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-func containerName(id string) string { return "sandbox-" + id }
 
 // engineError turns a runtime failure into an API error.
 func (d *deps) engineError(err error, what string) error {

@@ -34,28 +34,6 @@ func (s *Sandboxes) LogTail(ctx context.Context, id string, tail int, since time
 	return strings.ToValidUTF8(string(data), "\uFFFD"), cut, nil
 }
 
-// readTail reads r to its end and returns its last max bytes, whether
-// anything before them was dropped, and the error that ended the read early.
-func readTail(r io.Reader, max int) ([]byte, bool, error) {
-	var buf bytes.Buffer
-	cut := false
-	chunk := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(chunk)
-		buf.Write(chunk[:n])
-		if over := buf.Len() - max; over > 0 {
-			buf.Next(over)
-			cut = true
-		}
-		if err == io.EOF {
-			return buf.Bytes(), cut, nil
-		}
-		if err != nil {
-			return buf.Bytes(), cut, err
-		}
-	}
-}
-
 // Events describes the state transitions the engine knows of a sandbox's
 // container (upstream's Docker "runtime" events: Docker keeps no event
 // history per container, so they are rebuilt from its state), one per line.

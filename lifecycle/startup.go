@@ -1,8 +1,10 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -23,14 +25,14 @@ const (
 // instead of answering Running to a sandbox that cannot run anything. An
 // agent that fails for another reason is retried by the first request, as
 // before.
-func (s *Sandboxes) awaitAgent(ctx context.Context, rec *Record) error {
-	err := s.agentGet(ctx, rec.ContainerID, "/_sandboxd/started")
+func (d *deps) awaitAgent(ctx context.Context, rec *Record) error {
+	err := d.agentGet(ctx, rec.ContainerID, "/_sandboxd/started")
 	if err == nil {
 		return nil
 	}
-	c, ierr := s.rt.Inspect(ctx, rec.ContainerID)
+	c, ierr := d.rt.Inspect(ctx, rec.ContainerID)
 	if ierr != nil || c.State.Active() {
-		s.log.WarnContext(ctx, "agent not ready at create; the first request retries", "sandbox_id", rec.ID, "err", err)
+		d.log.WarnContext(ctx, "agent not ready at create; the first request retries", "sandbox_id", rec.ID, "err", err)
 		return nil
 	}
 	msg := fmt.Sprintf("the sandbox's entrypoint %s exited with code %d right after it started", quoteArgv(rec.Entrypoint), c.ExitCode)
@@ -40,7 +42,7 @@ func (s *Sandboxes) awaitAgent(ctx context.Context, rec *Record) error {
 	if c.ExitCode == 126 || c.ExitCode == 127 {
 		msg += "; 127 and 126 mean the program was not found in the image or is not executable: check the entrypoint's path for this image"
 	}
-	if tail := s.startupLog(ctx, rec.ContainerID); tail != "" {
+	if tail := d.startupLog(ctx, rec.ContainerID); tail != "" {
 		msg += ". Last lines of its output:\n" + tail
 	} else {
 		msg += "; it wrote no output"
@@ -49,10 +51,10 @@ func (s *Sandboxes) awaitAgent(ctx context.Context, rec *Record) error {
 }
 
 // startupLog returns the last lines of a container's output, bounded.
-func (s *Sandboxes) startupLog(ctx context.Context, cid string) string {
+func (d *deps) startupLog(ctx context.Context, cid string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rc, err := s.rt.Logs(ctx, cid, startupLogLines, time.Time{})
+	rc, err := d.rt.Logs(ctx, cid, startupLogLines, time.Time{})
 	if err != nil {
 		return ""
 	}
@@ -68,4 +70,26 @@ func quoteArgv(argv []string) string {
 		q[i] = strconv.Quote(a)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// readTail reads r to its end and returns its last max bytes, whether
+// anything before them was dropped, and the error that ended the read early.
+func readTail(r io.Reader, max int) ([]byte, bool, error) {
+	var buf bytes.Buffer
+	cut := false
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(chunk)
+		buf.Write(chunk[:n])
+		if over := buf.Len() - max; over > 0 {
+			buf.Next(over)
+			cut = true
+		}
+		if err == io.EOF {
+			return buf.Bytes(), cut, nil
+		}
+		if err != nil {
+			return buf.Bytes(), cut, err
+		}
+	}
 }
