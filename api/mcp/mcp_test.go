@@ -270,6 +270,28 @@ func TestCommandRun(t *testing.T) {
 	}
 }
 
+// Arguments that are not strings but came as JSON text (Claude Desktop
+// sends some so) are taken as that JSON; strings stay strings.
+func TestArgumentsAsJSONText(t *testing.T) {
+	api := newFakeAPI()
+	var body map[string]any
+	api.mux.HandleFunc("POST /sandboxes/sb/proxy/44772/command", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		events(w, `{"type":"init","text":"c","timestamp":1}`, `{"type":"execution_complete","execution_time":1,"timestamp":2}`)
+	})
+	cs := connect(t, api, Options{})
+	res := call(t, cs, "command_run", map[string]any{"sandbox_id": "sb", "command": "[1]", "background": "true", "timeout_seconds": "2", "env": `{"A":"1"}`})
+	if res.IsError {
+		t.Fatal(text(res))
+	}
+	if body["command"] != "[1]" || body["background"] != true || body["timeout"] != 2000.0 || body["envs"].(map[string]any)["A"] != "1" {
+		t.Errorf("command body %v", body)
+	}
+	if res := call(t, cs, "command_run", map[string]any{"sandbox_id": "sb", "command": "x", "background": "yes"}); !res.IsError {
+		t.Error("background \"yes\" was taken")
+	}
+}
+
 // Long output keeps its start and end within the bound and says where the
 // rest is.
 func TestCommandRunClipsOutput(t *testing.T) {

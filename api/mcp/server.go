@@ -11,11 +11,15 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"reflect"
+	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -50,10 +54,11 @@ func New(api *API, opts Options) *sdk.Server {
 	}
 	s := sdk.NewServer(&sdk.Implementation{Name: "sandboxd", Title: "OpenSandbox Sandbox", Version: opts.Version},
 		&sdk.ServerOptions{Instructions: instructions})
-	t := &tools{api: api}
+	t := &tools{api: api, textArgs: map[string]map[string]bool{}}
 	t.addSandboxTools(s, opts)
 	t.addExecTools(s)
 	t.addFileTools(s)
+	s.AddReceivingMiddleware(t.parseTextArgs)
 	return s
 }
 
@@ -96,6 +101,51 @@ func requestOrigin(r *http.Request) *url.URL {
 // tools holds what the tool handlers share.
 type tools struct {
 	api *API
+	// textArgs names, per tool, the arguments that are not strings: some
+	// clients (Claude Desktop) send such values as JSON text.
+	textArgs map[string]map[string]bool
+}
+
+// parseTextArgs replaces an argument that should not be a string but came
+// as a string holding JSON by that JSON, as upstream's server accepts it.
+func (t *tools) parseTextArgs(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		if p, ok := req.GetParams().(*sdk.CallToolParamsRaw); ok && method == "tools/call" && len(t.textArgs[p.Name]) > 0 {
+			var args map[string]json.RawMessage
+			if json.Unmarshal(p.Arguments, &args) == nil {
+				changed := false
+				for name, raw := range args {
+					var text string
+					if !t.textArgs[p.Name][name] || json.Unmarshal(raw, &text) != nil || !json.Valid([]byte(text)) {
+						continue
+					}
+					if v := bytes.TrimSpace([]byte(text)); len(v) > 0 && v[0] != '"' {
+						args[name], changed = v, true
+					}
+				}
+				if changed {
+					p.Arguments, _ = json.Marshal(args)
+				}
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// nonStrings adds the JSON names of t's fields that are not strings,
+// those of embedded structs included.
+func nonStrings(t reflect.Type, into map[string]bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			nonStrings(f.Type, into)
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" && f.Type.Kind() != reflect.String {
+			into[name] = true
+		}
+	}
 }
 
 // handler is a tool's logic, given the API as the call may use it.
@@ -103,6 +153,8 @@ type handler[In, Out any] func(ctx context.Context, c *caller, in In) (*sdk.Call
 
 // add registers a tool.
 func add[In, Out any](s *sdk.Server, t *tools, tool *sdk.Tool, h handler[In, Out]) {
+	t.textArgs[tool.Name] = map[string]bool{}
+	nonStrings(reflect.TypeFor[In](), t.textArgs[tool.Name])
 	sdk.AddTool(s, tool, func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, Out, error) {
 		if v, ok := any(in).(validator); ok {
 			if err := v.validate(); err != nil {
