@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -206,6 +207,8 @@ An exception is a tool error with its traceback.`}, t.codeRun)
 			return nil, StatusResult{Status: "deleted"}, err
 		})
 }
+
+func timeDuration(sec float64) time.Duration { return time.Duration(sec * float64(time.Second)) }
 
 func languageOr(l string) string {
 	if l == "" {

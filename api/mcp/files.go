@@ -15,7 +15,6 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -29,8 +28,6 @@ const (
 	defaultDownload = 1 << 20
 	maxDownload     = 8 << 20
 )
-
-func timeDuration(sec float64) time.Duration { return time.Duration(sec * float64(time.Second)) }
 
 // FileReadArgs are file_read's arguments.
 type FileReadArgs struct {

@@ -112,7 +112,7 @@ type CreateResult struct {
 	Info      SandboxInfo `json:"info"`
 }
 
-// ReadyArgs are the readiness options of sandbox_connect.
+// ConnectArgs are sandbox_connect's arguments.
 type ConnectArgs struct {
 	sandboxArg
 	ConnectTimeoutSeconds        *float64 `json:"connect_timeout_seconds,omitempty" jsonschema:"seconds to wait for the sandbox to answer (default 30)"`
