@@ -218,6 +218,7 @@ class Kernel:
             self.output.drain()
             self.report(e)
         self.output.drain()
+        chan.send("execute_reply", {"execution_count": self.count})
         chan.send("status", {"execution_state": "idle"})
 
     def execute(self, code):

@@ -81,8 +81,10 @@ func TestPythonInterruptAnyMoment(t *testing.T) {
 
 // slowJupyter is a Jupyter server whose kernels behave as ipykernel's do
 // for interrupts: a kernel takes up a cell after takeUp (the start of a new
-// kernel), ignores interrupts until it has sent execute_input, then runs
-// the cell for 10 s unless interrupted.
+// kernel), ignores interrupts until it has sent execute_input, gives up the
+// request without a reply or an error if one comes in the next 50 ms (its
+// handler, before the cell's code), then runs the cell for 10 s unless
+// interrupted.
 func slowJupyter(t *testing.T, takeUp time.Duration) (url string, ignored *atomic.Int32) {
 	ignored = new(atomic.Int32)
 	var mu sync.Mutex
@@ -137,15 +139,26 @@ func slowJupyter(t *testing.T, takeUp time.Duration) (url string, ignored *atomi
 			mu.Unlock()
 			send("status", `{"execution_state":"busy"}`)
 			send("execute_input", `{"execution_count":1}`)
+			reply := true
 			select {
 			case <-interrupts:
-				send("error", `{"ename":"KeyboardInterrupt","evalue":"","traceback":[]}`)
-			case <-time.After(10 * time.Second):
-				send("stream", `{"name":"stdout","text":"completed\n"}`)
+				// Still in the kernel's handler, before the cell's code:
+				// ipykernel logs the interrupt and goes idle, no reply.
+				reply = false
+			case <-time.After(50 * time.Millisecond):
+				select {
+				case <-interrupts:
+					send("error", `{"ename":"KeyboardInterrupt","evalue":"","traceback":[]}`)
+				case <-time.After(10 * time.Second):
+					send("stream", `{"name":"stdout","text":"completed\n"}`)
+				}
 			}
 			mu.Lock()
 			delete(running, kid)
 			mu.Unlock()
+			if reply {
+				_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"channel":"shell","header":{"msg_type":"execute_reply"},"parent_header":{"msg_id":"`+req.Header.MsgID+`"},"content":{"status":"ok"}}`))
+			}
 			send("status", `{"execution_state":"idle"}`)
 		}
 	})

@@ -274,7 +274,9 @@ func (k *jupyterKernel) read(ws *websocket.Conn) {
 			} `json:"parent_header"`
 			Content json.RawMessage `json:"content"`
 		}
-		if json.Unmarshal(data, &m) != nil || m.Channel != "iopub" {
+		// iopub carries the run's output; of shell, the reply tells that
+		// the kernel ran the request to its end.
+		if json.Unmarshal(data, &m) != nil || m.Channel != "iopub" && m.Header.MsgType != "execute_reply" {
 			continue
 		}
 		if m.Header.MsgType == "status" {

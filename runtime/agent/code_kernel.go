@@ -40,6 +40,11 @@ type runSlot struct {
 	// interrupts, so it waits in pending.
 	started bool
 	pending func() error
+	// interrupted: the run was interrupted; replied: the kernel answered
+	// its request (execute_reply). An interrupt can land in the kernel's
+	// handler before the cell's code runs: ipykernel then logs it and goes
+	// idle without a reply or an error, and the run would look complete.
+	interrupted, replied bool
 }
 
 // begin makes id the current run. The returned channel receives the run's
@@ -48,7 +53,7 @@ func (s *runSlot) begin(id string, handle func(kernelMsg)) <-chan error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.id, s.handle, s.done = id, handle, make(chan error, 1)
-	s.started, s.pending = false, nil
+	s.reset()
 	return s.done
 }
 
@@ -66,6 +71,7 @@ func (s *runSlot) interruptOnStart(send func() error, early bool) error {
 	if !s.started {
 		s.pending = send
 	}
+	s.interrupted = true
 	started := s.started
 	s.mu.Unlock()
 	if started || early {
@@ -90,7 +96,11 @@ func (s *runSlot) end() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.id, s.handle, s.done = "", nil, nil
-	s.started, s.pending = false, nil
+	s.reset()
+}
+
+func (s *runSlot) reset() {
+	s.started, s.pending, s.interrupted, s.replied = false, nil, false, false
 }
 
 // deliver passes a message answering request parent to its run: a status
@@ -108,9 +118,15 @@ func (s *runSlot) deliver(parent string, m kernelMsg) {
 			State string `json:"execution_state"`
 		}
 		if json.Unmarshal(m.content, &c) == nil && c.State == "idle" {
+			if s.interrupted && !s.replied {
+				s.handle(kernelMsg{msgType: "error", content: interruptedBeforeRun})
+			}
 			s.finishLocked(nil)
 		}
 		return
+	}
+	if m.msgType == "execute_reply" {
+		s.replied = true
 	}
 	if m.msgType == "execute_input" && !s.started {
 		s.started = true
@@ -135,5 +151,8 @@ func (s *runSlot) finishLocked(err error) {
 	}
 	s.done <- err
 	s.id, s.handle, s.done = "", nil, nil
-	s.started, s.pending = false, nil
+	s.reset()
 }
+
+// interruptedBeforeRun is the error of a run interrupted before its code ran.
+var interruptedBeforeRun = json.RawMessage(`{"ename":"KeyboardInterrupt","evalue":"interrupted before the cell ran","traceback":[]}`)
