@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,7 +60,7 @@ func (k *Kubernetes) execAgent(_ context.Context, pod string, stderr io.Writer) 
 	if err != nil {
 		return nil, fmt.Errorf("exec in pod %s: %w", pod, err)
 	}
-	return openStream(exec, stderr), nil
+	return openStream(exec, stderr, k.log.With("pod", pod, "component", "client-go").Handler()), nil
 }
 
 // newExecutor speaks the WebSocket protocol (v5.channel.k8s.io), falling
@@ -85,16 +87,18 @@ type execConn struct {
 	stdoutR *io.PipeReader
 	cancel  context.CancelFunc
 	once    sync.Once
+	closed  atomic.Bool // Close was called: what client-go reports next is expected
 }
 
 // errExecEnded is what reads see when the agent's exec ends without error.
 var errExecEnded = errors.New("agent exec stream ended")
 
-func openStream(exec remotecommand.Executor, stderr io.Writer) *execConn {
-	ctx, cancel := context.WithCancel(context.Background())
+func openStream(exec remotecommand.Executor, stderr io.Writer, log slog.Handler) *execConn {
 	stdinR, stdinW := io.Pipe()
 	stdoutR, stdoutW := io.Pipe()
-	c := &execConn{stdinW: stdinW, stdoutR: stdoutR, cancel: cancel}
+	c := &execConn{stdinW: stdinW, stdoutR: stdoutR}
+	ctx, cancel := context.WithCancel(withExecLog(context.Background(), log, &c.closed))
+	c.cancel = cancel
 	go func() {
 		err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdinR, Stdout: stdoutW, Stderr: stderr})
 		if err == nil {
@@ -116,6 +120,7 @@ func (c *execConn) Write(p []byte) (int, error) { return c.stdinW.Write(p) }
 // cancel cuts a stream that does not end by itself.
 func (c *execConn) Close() error {
 	c.once.Do(func() {
+		c.closed.Store(true)
 		c.stdinW.Close()
 		c.stdoutR.Close()
 		c.cancel()

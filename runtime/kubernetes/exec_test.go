@@ -150,14 +150,22 @@ func TestExecTransport(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var logged lockedBuffer
+			var logged, clientGo lockedBuffer
 			stderr := agent.NewStderrLog(slog.New(slog.NewTextHandler(&logged, nil)), agent.NewStderrLimit())
-			conn := openStream(exec, stderr)
+			conn := openStream(exec, stderr, slog.NewTextHandler(&clientGo, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			client, err := agent.Dial(conn)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer client.Close()
+			defer func() {
+				// Our own close of the stream is no error: client-go's
+				// copy loops report it, at DEBUG.
+				client.Close()
+				waitFor(func() bool { return strings.Contains(clientGo.String(), `level=DEBUG msg="Copying std`) })
+				if out := clientGo.String(); strings.Contains(out, "level=ERROR") || !strings.Contains(out, `level=DEBUG msg="Copying std`) {
+					t.Errorf("client-go's report of the stream's close, want it at DEBUG:\n%s", out)
+				}
+			}()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			for range 3 {
@@ -199,7 +207,7 @@ func TestExecTransportFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := openStream(exec, io.Discard)
+	conn := openStream(exec, io.Discard, slog.DiscardHandler)
 	done := make(chan error, 1)
 	go func() {
 		_, err := conn.Read(make([]byte, 1))
