@@ -270,10 +270,16 @@ func (s *Sleep) regrant(p *SleepPolicy) time.Duration {
 // sleepStatus is the status of a sandbox asleep or waking; false if it is
 // neither.
 func (s *Sleep) sleepStatus(rec *Record) (Status, bool) {
-	if v, ok := s.sleepers.Load(rec.ID); ok && v.(*sleeper).state.Load() == waking {
-		return Status{"Resuming", reasonResuming, "Sandbox is waking up; calls to it wait for it.", wireTime(rec.AsleepAt)}, true
+	var st int32
+	if v, ok := s.sleepers.Load(rec.ID); ok {
+		st = v.(*sleeper).state.Load()
 	}
-	if rec.Asleep == "" {
+	switch {
+	case st == waking:
+		return Status{"Resuming", reasonResuming, "Sandbox is waking up; calls to it wait for it.", wireTime(rec.AsleepAt)}, true
+	case rec.Asleep == "" || st == fallingAsleep:
+		// Recorded asleep before it is frozen or stopped: until then it
+		// is what its container says.
 		return Status{}, false
 	}
 	return Status{"Paused", rec.Asleep, sleepMessage(rec), wireTime(rec.AsleepAt)}, true
