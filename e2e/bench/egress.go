@@ -100,7 +100,7 @@ func (b *bench) egressLatency(ctx context.Context, res *egressResult) error {
 	defer os.RemoveAll(filepath.Dir(probe))
 
 	b.progress("egress: a second sandboxd, with [egress] dns_upstream = %s", upstream)
-	srv, err := startServer(b.o.start, false, b.o.transport, fmt.Sprintf("\n[egress]\ndns_upstream = [%q]\n", upstream))
+	srv, err := startServer(b.o.start, false, b.o.transport, "", fmt.Sprintf("\n[egress]\ndns_upstream = [%q]\n", upstream))
 	if err != nil {
 		return err
 	}

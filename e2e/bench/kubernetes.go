@@ -43,7 +43,7 @@ func (b *bench) kubernetes(ctx context.Context) (res kubernetesResult, err error
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	srv, err := startServer(b.o.start, false, b.o.transport, fmt.Sprintf(
+	srv, err := startServer(b.o.start, false, b.o.transport, "", fmt.Sprintf(
 		"\n[runtime]\ntype = \"kubernetes\"\n\n[kubernetes]\nkubeconfig_path = %q\nnamespace = %q\nagent_image = %q\nimage_pull_policy = \"IfNotPresent\"\n",
 		b.o.kubeconfig, ns, b.o.k8sAgentImage))
 	if err != nil {

@@ -19,7 +19,9 @@
 //   - /code `1+1` in a warm context on the code-interpreter image's Jupyter
 //     and on the agent's Python driver, against /command `true` in the same
 //     sandbox, and a new context's first run against a bare Jupyter session
-//     create (or `python3 -c pass`).
+//     create (or `python3 -c pass`);
+//   - with -only-sleep, the first command's answer after an idle pause and
+//     after an idle stop, and the memory a sandbox holds asleep (sleep.go).
 //
 // Usage:
 //
@@ -27,6 +29,7 @@
 //	go run ./e2e/bench -url http://127.0.0.1:8080 -key KEY [-pid PID]
 //	go run ./e2e/bench -start /tmp/sandboxd -short        (small counts, for CI)
 //	go run ./e2e/bench -start /tmp/sandboxd -files-only   (commands and files only)
+//	go run ./e2e/bench -start /tmp/sandboxd -only-sleep   (wakes from sleep, sleep.go)
 //
 // With -start it runs its own sandboxd from the given binary with a
 // temporary config and store, and removes everything it made at the end.
@@ -69,15 +72,16 @@ const (
 )
 
 type options struct {
-	url, key, start, image, pprof  string
-	filesOnly, commandsOnly        bool
-	codeImage                      string
-	onlyCode, onlyEgress           bool
-	kubeconfig, k8sAgentImage      string
-	transport                      string
-	pid                            int
-	creates, commands, files       int
-	burst, transferMiB, reps, pool int
+	url, key, start, image, pprof   string
+	filesOnly, commandsOnly         bool
+	codeImage                       string
+	onlyCode, onlyEgress, onlySleep bool
+	kubeconfig, k8sAgentImage       string
+	transport                       string
+	pid                             int
+	creates, commands, files        int
+	burst, transferMiB, reps, pool  int
+	sleeps                          int
 }
 
 func main() {
@@ -107,6 +111,8 @@ func run() (err error) {
 	flag.StringVar(&o.codeImage, "code-image", "sandboxd-test/code-interpreter:latest", "image for the /code phase (with Jupyter and python3); empty skips it")
 	flag.BoolVar(&o.onlyCode, "only-code", false, "measure only the /code phase")
 	flag.BoolVar(&o.onlyEgress, "only-egress", false, "measure only the egress policy phase")
+	flag.BoolVar(&o.onlySleep, "only-sleep", false, "measure only the sleep phase (needs -start): wakes from an idle pause and stop, with -creates creates and -commands commands awake")
+	flag.IntVar(&o.sleeps, "sleeps", 20, "wakes from each sleep measured")
 	flag.StringVar(&o.transport, "agent-transport", "auto", "with -start: the server's [docker] agent_transport (\"auto\" or \"exec\")")
 	flag.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("SANDBOXD_E2E_KUBECONFIG"), "with -start: also measure sandboxd on this Kubernetes cluster (default $SANDBOXD_E2E_KUBECONFIG; empty skips it)")
 	flag.StringVar(&o.k8sAgentImage, "k8s-agent-image", cmp.Or(os.Getenv("SANDBOXD_E2E_K8S_AGENT_IMAGE"), "localhost/sandboxd:e2e"), "the sandboxd image of the -start binary on that cluster")
@@ -115,14 +121,14 @@ func run() (err error) {
 	if *short {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]*int{"creates": &o.creates, "commands": &o.commands, "files": &o.files, "transfer": &o.transferMiB, "reps": &o.reps, "burst": &o.burst, "pool": &o.pool} {
+		for name, v := range map[string]*int{"creates": &o.creates, "commands": &o.commands, "files": &o.files, "transfer": &o.transferMiB, "reps": &o.reps, "burst": &o.burst, "pool": &o.pool, "sleeps": &o.sleeps} {
 			if !set[name] {
-				*v = map[string]int{"creates": 3, "commands": 20, "files": 5, "transfer": 4, "reps": 1, "burst": 6, "pool": 3}[name]
+				*v = map[string]int{"creates": 3, "commands": 20, "files": 5, "transfer": 4, "reps": 1, "burst": 6, "pool": 3, "sleeps": 3}[name]
 			}
 		}
 	}
 	o.filesOnly = o.filesOnly || o.commandsOnly
-	if o.creates < 1 || o.commands < 1 || o.files < 1 || o.transferMiB < 1 || o.reps < 1 || o.burst < 2 || o.pool < 1 {
+	if o.creates < 1 || o.commands < 1 || o.files < 1 || o.transferMiB < 1 || o.reps < 1 || o.burst < 2 || o.pool < 1 || o.sleeps < 1 {
 		return errors.New("counts must be at least 1 (burst at least 2)")
 	}
 
@@ -136,7 +142,7 @@ func run() (err error) {
 
 	b := &bench{o: o, r: &raw{cli: cli, image: o.image, run: randHex(4)}, boxes: map[string]bool{}}
 	if o.start != "" {
-		srv, err := startServer(o.start, o.pprof != "", o.transport, "")
+		srv, err := startServer(o.start, o.pprof != "", o.transport, "", "")
 		if err != nil {
 			return err
 		}
@@ -288,6 +294,15 @@ func (b *bench) measure(ctx context.Context, w io.Writer) error {
 			return err
 		}
 		b.rep.codeRows(code)
+		b.rep.write(w)
+		return nil
+	}
+	if b.o.onlySleep {
+		sl, err := b.sleep(ctx)
+		if err != nil {
+			return err
+		}
+		b.rep.sleepRows(sl)
 		b.rep.write(w)
 		return nil
 	}

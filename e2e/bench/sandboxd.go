@@ -331,8 +331,9 @@ func randHex(n int) string {
 
 // startServer runs binary with a fresh config and store in a temp dir, on
 // a free loopback port, and waits for /health. pprof opts in to the
-// profiler; extra is appended to the config.
-func startServer(binary string, pprof bool, transport, extra string) (*server, error) {
+// profiler; lifecycle goes into the [lifecycle] table, extra is appended
+// to the config.
+func startServer(binary string, pprof bool, transport, lifecycle, extra string) (*server, error) {
 	dir, err := os.MkdirTemp("", "sandboxd-bench-")
 	if err != nil {
 		return nil, err
@@ -344,8 +345,8 @@ func startServer(binary string, pprof bool, transport, extra string) (*server, e
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	s := &server{dir: dir, url: fmt.Sprintf("http://127.0.0.1:%d", port), key: randHex(24), instance: "bench-" + randHex(4), exited: make(chan error, 1)}
-	cfg := fmt.Sprintf("[server]\nhost = \"127.0.0.1\"\nport = %d\napi_key = %q\n\n[store]\ndir = %q\n\n[lifecycle]\ninstance_id = %q\n\n[docker]\nagent_transport = %q\n",
-		port, s.key, filepath.Join(dir, "store"), s.instance, transport) + extra
+	cfg := fmt.Sprintf("[server]\nhost = \"127.0.0.1\"\nport = %d\napi_key = %q\n\n[store]\ndir = %q\n\n[lifecycle]\ninstance_id = %q\n%s\n[docker]\nagent_transport = %q\n",
+		port, s.key, filepath.Join(dir, "store"), s.instance, lifecycle, transport) + extra
 	cfgPath := filepath.Join(dir, "sandboxd.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
