@@ -91,14 +91,25 @@ func wantAwake(t *testing.T, s *Server, id string, started time.Time, sameProces
 }
 
 // TestSleepPauseWakesOnCommand: an idle sandbox is frozen (Docker reports
-// it paused); a command with the endpoint's token wakes it and answers,
-// and the same processes go on.
+// it paused); a call with a foreign token does not wake it; a command
+// with the endpoint's token wakes it and answers, and the same processes
+// go on.
 func TestSleepPauseWakesOnCommand(t *testing.T) {
 	t.Parallel()
 	s := startSleepServer(t)
 	b := sleepyBox(t, s, "pause", nil, nil)
 	b.run(t, map[string]any{"command": "echo kept > /root/mark"})
+	_, other := newIdleBox(t, s, nil)
 	started := waitAsleep(t, s, b.ID, "IDLE_PAUSED")
+	// Only a caller the sandbox would serve wakes it: a forged token, or
+	// another sandbox's, is refused and the sandbox sleeps on.
+	for _, tok := range []string{"forged", other.Headers[execdTokenHeader]} {
+		status, _, body := b.do(t, http.MethodGet, "/ping", nil, map[string]string{execdTokenHeader: tok})
+		wantError(t, "a sleeping sandbox called with a foreign token", status, body, http.StatusUnauthorized, "INVALID_API_KEY")
+	}
+	if sb := getSandbox(t, s, "/v1", b.ID); sb.Status.Reason != "IDLE_PAUSED" || !sandboxContainer(t, b.ID).State.Paused {
+		t.Fatalf("woken by a refused call: %s/%s", sb.Status.State, sb.Status.Reason)
+	}
 	if out := b.run(t, map[string]any{"command": "cat /root/mark"}); len(out.Stdout) != 1 || out.Stdout[0] != "kept" {
 		t.Fatalf("first command after the sleep: stdout %q", out.Stdout)
 	}
