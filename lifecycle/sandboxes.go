@@ -636,6 +636,10 @@ func mergePatch(cur map[string]string, patch map[string]*string) map[string]stri
 	return out
 }
 
+// forgetRoute drops the proxy's route to sandbox id's agent, which is
+// no longer reached the same way (the sandbox went to sleep).
+func (s *Sandboxes) forgetRoute(id string) { s.routes.Delete(id) }
+
 // isPaused reports whether sandbox id was paused through sandboxd.
 func (s *Sandboxes) isPaused(id string) bool {
 	_, ok := s.paused.Load(id)

@@ -46,8 +46,8 @@ const defaultSleepRetention = 7 * 24 * time.Hour
 // restart keeps it asleep); memory says it on the proxy's path.
 type Sleep struct {
 	*deps
-	sandboxes *Sandboxes
-	expiry    *Expiry
+	sandboxes sleepSandboxes
+	expiry    sleepDeadlines
 
 	sleepers sync.Map // sandbox id → *sleeper, for sandboxes with a policy
 }
@@ -106,6 +106,20 @@ const (
 	wakeByResume                  // POST /resume
 )
 
+// sleepSandboxes is what Sleep needs of the sandboxes service.
+type sleepSandboxes interface {
+	inspect(ctx context.Context, rec *Record) (runtime.Container, error)
+	forgetRoute(id string)
+}
+
+// sleepDeadlines is what Sleep needs of the expiry service.
+type sleepDeadlines interface {
+	Touch(id string)
+	expiry(rec *Record) (expiry, bool)
+	lastActivity(rec *Record) time.Time
+	busy(ctx context.Context, rec *Record) bool
+}
+
 // waker is what Sandboxes asks of the sleep service.
 type waker interface {
 	wake(ctx context.Context, id string, cause wakeCause) error
@@ -151,7 +165,7 @@ func (s *Sleep) wake(ctx context.Context, id string, cause wakeCause) error {
 			return nil
 		}
 	}
-	rec, err := s.sandboxes.record(id)
+	rec, err := s.record(id)
 	if err != nil {
 		return err
 	}
@@ -198,7 +212,7 @@ func (s *Sleep) wakeNow(id string, sl *sleeper) error {
 	if sl.state.Load() == awake {
 		return nil
 	}
-	rec, err := s.sandboxes.record(id)
+	rec, err := s.record(id)
 	if err != nil {
 		return err
 	}
@@ -248,7 +262,7 @@ func (s *Sleep) rouse(ctx context.Context, rec *Record) error {
 		if err := s.rt.Start(ctx, rec.ContainerID); err != nil {
 			return err
 		}
-		return s.sandboxes.awaitAgent(ctx, rec)
+		return s.awaitAgent(ctx, rec)
 	}
 	return nil
 }
@@ -339,7 +353,7 @@ func (s *Sleep) fallAsleep(ctx context.Context, id, why, level string, due func(
 		return // a wake is under way; the next sweep looks again
 	}
 	defer sl.mu.Unlock()
-	rec, err := s.sandboxes.record(id)
+	rec, err := s.record(id)
 	if err != nil || rec.State != recordReady {
 		return
 	}
@@ -385,7 +399,7 @@ func (s *Sleep) fallAsleep(ctx context.Context, id, why, level string, due func(
 			return
 		}
 	}
-	s.sandboxes.routes.Delete(id)
+	s.sandboxes.forgetRoute(id)
 	sl.state.Store(asleep)
 	s.metrics.Sleeps.Add(1)
 	s.log.Info("sandbox asleep", "sandbox_id", id, "reason", reason)

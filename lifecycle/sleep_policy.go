@@ -181,19 +181,19 @@ func (p *SleepPolicy) levels() []string {
 
 // checkSleepSupported refuses a policy whose sleep the runtime cannot
 // give: pausing needs runtime.Pauser, stopping runtime.Stopper.
-func (m *deps) checkSleepSupported(p *SleepPolicy) error {
+func (d *deps) checkSleepSupported(p *SleepPolicy) error {
 	if p == nil {
 		return nil
 	}
 	for _, level := range p.levels() {
 		switch level {
 		case actionPause:
-			if m.rt.Features().Pauser == nil {
-				return errf(KindInvalid, CodeAPINotSupported, "sleep by pause (extensions %q or %q = pause) is not supported when runtime.type='%s'", ExtIdleAction, ExtExpireAction, m.rt.Name())
+			if d.rt.Features().Pauser == nil {
+				return errf(KindInvalid, CodeAPINotSupported, "sleep by pause (extensions %q or %q = pause) is not supported when runtime.type='%s'", ExtIdleAction, ExtExpireAction, d.rt.Name())
 			}
 		case actionStop:
-			if m.rt.Features().Stopper == nil {
-				return errf(KindInvalid, CodeAPINotSupported, "sleep by stop (extensions %q or %q = stop) is not supported when runtime.type='%s'", ExtIdleAction, ExtExpireAction, m.rt.Name())
+			if d.rt.Features().Stopper == nil {
+				return errf(KindInvalid, CodeAPINotSupported, "sleep by stop (extensions %q or %q = stop) is not supported when runtime.type='%s'", ExtIdleAction, ExtExpireAction, d.rt.Name())
 			}
 		}
 	}
@@ -202,8 +202,8 @@ func (m *deps) checkSleepSupported(p *SleepPolicy) error {
 
 // sleepPolicy is a create's sleep policy, read against the server's
 // settings and checked against the runtime.
-func (m *Sandboxes) sleepPolicy(req CreateRequest) (*SleepPolicy, error) {
-	lc := m.cfg.Lifecycle
+func (d *deps) sleepPolicy(req CreateRequest) (*SleepPolicy, error) {
+	lc := d.cfg.Lifecycle
 	lim := sleepLimits{minIdle: minSleepIdle, defaultIdle: int(lc.SleepAfterIdle.Seconds()), defaultAction: lc.SleepAction}
 	if lc.TestMinIdleSeconds > 0 {
 		lim.minIdle = lc.TestMinIdleSeconds
@@ -212,7 +212,7 @@ func (m *Sandboxes) sleepPolicy(req CreateRequest) (*SleepPolicy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p, m.checkSleepSupported(p)
+	return p, d.checkSleepSupported(p)
 }
 
 // idleTimeout is the idle timeout a sandbox gets given the server's: its
