@@ -71,6 +71,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request, id, portTex
 	target := rest
 	if port != lifecycle.ExecdPort {
 		target = "/proxy/" + portText + rest
+		transport = readTimeout(transport, s.cfg.Server.ProxyReadTimeout.Duration)
 	}
 	if target == "" {
 		target = "/"

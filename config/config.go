@@ -62,6 +62,10 @@ type Server struct {
 	MaxConnections int `toml:"max_connections"`
 	// IdleTimeout closes keep-alive connections idle this long.
 	IdleTimeout Duration `toml:"idle_timeout"`
+	// ProxyReadTimeout bounds the wait for the response headers of a server in a
+	// sandbox reached through the proxy route (any port but execd's); past it the
+	// request is answered 504 BACKEND_TIMEOUT, as upstream's proxy does. 0 = no bound.
+	ProxyReadTimeout Duration `toml:"proxy_read_timeout"`
 	// Insecure allows starting without an API key (loopback only). It is never read from
 	// the file: flag --insecure or env OPENSANDBOX_INSECURE_SERVER=YES sets it.
 	Insecure bool
@@ -282,6 +286,7 @@ func Default() Config {
 			MaxProxyRequestsPerToken:   512,
 			MaxConnections:             4096,
 			IdleTimeout:                Duration{90 * time.Second},
+			ProxyReadTimeout:           Duration{300 * time.Second},
 		},
 		Log:     Log{Level: "INFO", Access: true},
 		Runtime: Runtime{Type: "docker"},

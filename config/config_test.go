@@ -53,6 +53,7 @@ func TestDefault(t *testing.T) {
 		{"server.max_proxy_requests_per_token", c.Server.MaxProxyRequestsPerToken, 512},
 		{"server.max_connections", c.Server.MaxConnections, 4096},
 		{"server.idle_timeout", c.Server.IdleTimeout.Duration, 90 * time.Second},
+		{"server.proxy_read_timeout", c.Server.ProxyReadTimeout.Duration, 300 * time.Second},
 		{"log.level", c.Log.Level, "INFO"},
 		{"log.access", c.Log.Access, true},
 		{"docker.log_max_size", c.Docker.LogMaxSize, "10m"},
@@ -120,6 +121,7 @@ max_proxy_requests_per_sandbox = 8
 max_proxy_requests_per_token = 16
 max_connections = 100
 idle_timeout = "10s"
+proxy_read_timeout = "20s"
 
 [log]
 level = "debug"
@@ -219,6 +221,7 @@ func TestLoadEveryKey(t *testing.T) {
 			MaxProxyRequestsPerToken:   16,
 			MaxConnections:             100,
 			IdleTimeout:                Duration{10 * time.Second},
+			ProxyReadTimeout:           Duration{20 * time.Second},
 		},
 		Log:     Log{Level: "DEBUG", Access: false},
 		Runtime: Runtime{Type: "docker", AgentBinaries: map[string]string{"linux/arm64": "/opt/sandboxd/sandboxd-linux-arm64"}},

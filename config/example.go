@@ -101,6 +101,10 @@ max_proxy_requests_per_token = 512
 max_connections = 4096
 # Keep-alive connections idle this long are closed.
 idle_timeout = "90s"
+# How long a server in a sandbox reached through the proxy route (a port other than
+# execd's) may take to send its response headers before the request is answered
+# 504 BACKEND_TIMEOUT. "0s": no bound.
+proxy_read_timeout = "300s"
 
 [log]
 # DEBUG, INFO, WARN or ERROR.

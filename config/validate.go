@@ -31,6 +31,7 @@ func (c Config) validate() error {
 	check(s.MaxProxyRequestsPerToken > 0, "server.max_proxy_requests_per_token", "must be positive, got %d", s.MaxProxyRequestsPerToken)
 	check(s.MaxConnections >= 16, "server.max_connections", "must be at least 16, got %d", s.MaxConnections)
 	check(s.IdleTimeout.Duration > 0, "server.idle_timeout", "must be positive")
+	check(s.ProxyReadTimeout.Duration >= 0, "server.proxy_read_timeout", "must not be negative")
 
 	_, ok := parseLevel(c.Log.Level)
 	check(ok, "log.level", "must be DEBUG, INFO, WARN or ERROR, got %q", c.Log.Level)

@@ -164,3 +164,44 @@ func TestUpstream111Execd(t *testing.T) {
 		}
 	})
 }
+
+// TestUpstream111ProxyFailures: a server in the sandbox that accepts and
+// never answers gets 504 BACKEND_TIMEOUT after [server]
+// proxy_read_timeout; a closed port 502 BACKEND_CONNECTION_FAILED; one
+// that hangs up after reading the request 502 BACKEND_RESPONSE_FAILED; an
+// answer slower than the timeout once its headers are out still arrives.
+func TestUpstream111ProxyFailures(t *testing.T) {
+	s := startServer(t, withTOML("[server]\nproxy_read_timeout = \"2s\"\n"))
+	b := newExecdBox(t, s, busyboxWith(nil))
+	for _, cmd := range []string{
+		"nc -ll -p 8000 -e sleep 60",
+		"nc -ll -p 8002 -e head -c 1",
+		`nc -ll -p 8003 -e sh -c 'printf "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n"; sleep 3; printf late'`,
+	} {
+		if r := b.run(t, map[string]any{"command": cmd, "background": true}); r.last().Type != "execution_complete" {
+			t.Fatalf("start %q: %s", cmd, r.Raw)
+		}
+	}
+	waitUntil(t, 30*time.Second, "the servers to listen", func() bool {
+		r := b.run(t, map[string]any{"command": "netstat -ltn"})
+		out := strings.Join(r.Stdout, "\n")
+		return strings.Contains(out, ":8000 ") && strings.Contains(out, ":8002 ") && strings.Contains(out, ":8003 ")
+	})
+	get := func(port string) (int, []byte, time.Duration) {
+		start := time.Now()
+		status, _, body := s.do(t, http.MethodGet, "/sandboxes/"+b.ID+"/proxy/"+port+"/", nil, nil)
+		return status, body, time.Since(start)
+	}
+	status, body, took := get("8000")
+	wantError(t, "a server that never answers", status, body, http.StatusGatewayTimeout, "BACKEND_TIMEOUT")
+	if took < 2*time.Second || took > 30*time.Second {
+		t.Errorf("the 504 came after %v, want about the 2 s read timeout", took)
+	}
+	status, body, _ = get("8001")
+	wantError(t, "a closed port", status, body, http.StatusBadGateway, "BACKEND_CONNECTION_FAILED")
+	status, body, _ = get("8002")
+	wantError(t, "a server that hangs up", status, body, http.StatusBadGateway, "BACKEND_RESPONSE_FAILED")
+	if status, body, _ := get("8003"); status != http.StatusOK || string(body) != "late" {
+		t.Errorf("a slow body after prompt headers: %d %q", status, body)
+	}
+}
