@@ -73,3 +73,28 @@ func requireJSON(w http.ResponseWriter, r *http.Request) bool {
 	writeError(w, r, http.StatusUnsupportedMediaType, codeUnsupportedMedia, "a request body must be JSON, sent with Content-Type: application/json")
 	return false
 }
+
+// proxiedPagePolicy is the Content-Security-Policy added to every answer a
+// sandbox gives through the proxy route. The route shares the console's
+// origin; without it a sandbox's HTML opened in a browser (the insecure
+// mode has no key to stop the navigation) would run script in that origin
+// and call the API with no key needed. "sandbox" without allow-same-origin
+// gives the page an opaque origin: its scripts run, but every call they
+// make to the server carries Origin: null, which browserCheck refuses, and
+// no answer of the server is readable to them.
+const proxiedPagePolicy = "sandbox allow-scripts allow-forms allow-popups allow-popups-to-escape-sandbox allow-modals allow-downloads"
+
+// makeInert sets the headers of an answer that comes from a sandbox (its
+// servers, its agent, files read out of it; a replaced agent serves what
+// it likes): proxiedPagePolicy after the sandbox's own policies (a browser
+// takes the last sandbox directive, so the sandbox cannot lift it with an
+// allow-same-origin of its own), no MIME sniffing, and nothing that would
+// act on the console's origin or the operator's other local servers
+// (cookies are per host, not per port): no Set-Cookie (the proxy strips
+// Cookie, so no app behind it can use one anyway), no Clear-Site-Data.
+func makeInert(h http.Header) {
+	h.Add("Content-Security-Policy", proxiedPagePolicy)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Set-Cookie")
+	h.Del("Clear-Site-Data")
+}

@@ -1,6 +1,10 @@
 package api
 
 import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/config"
@@ -92,4 +96,58 @@ func containers(t *testing.T, e *env) int {
 		t.Fatal(err)
 	}
 	return len(cs)
+}
+
+// TestProxiedAnswersInert: whatever a sandbox answers through the proxy
+// route (a forwarded port, the execd port, a download from its agent or,
+// stopped, from its filesystem) carries the sandbox CSP as the last policy,
+// after a hostile page's own allow-same-origin, and nosniff; its cookies and
+// Clear-Site-Data are dropped. Without these a sandbox's HTML would run in
+// the console's origin.
+func TestProxiedAnswersInert(t *testing.T) {
+	e := newEnv(t, func(c *config.Config) { c.Server.APIKey = "" })
+	e.rt.SetAgent(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "text/html")
+		h.Add("Content-Security-Policy", "sandbox allow-scripts allow-same-origin")
+		h.Set("Set-Cookie", "session=tossed; Path=/")
+		h.Set("Clear-Site-Data", `"storage"`)
+		h.Set("X-Content-Type-Options", "sniff-me")
+		fmt.Fprint(w, "<script>fetch('/v1/sandboxes',{method:'POST'})</script>")
+	}))
+	id := e.create(t)
+	base := "/sandboxes/" + id + "/proxy/"
+	check := func(t *testing.T, r response) {
+		t.Helper()
+		if r.status != http.StatusOK {
+			t.Fatalf("status %d %s", r.status, r.body)
+		}
+		// A browser takes the last sandbox directive: it must give an
+		// opaque origin.
+		csp := r.header.Values("Content-Security-Policy")
+		if len(csp) == 0 || !strings.HasPrefix(csp[len(csp)-1], "sandbox ") || strings.Contains(csp[len(csp)-1], "allow-same-origin") {
+			t.Errorf("Content-Security-Policy = %q, want a sandbox without allow-same-origin last", csp)
+		}
+		if got := r.header.Values("X-Content-Type-Options"); !slices.Equal(got, []string{"nosniff"}) {
+			t.Errorf("X-Content-Type-Options = %q", got)
+		}
+		for _, h := range []string{"Set-Cookie", "Clear-Site-Data"} {
+			if v := r.header.Get(h); v != "" {
+				t.Errorf("%s = %q reached the browser", h, v)
+			}
+		}
+	}
+	for _, path := range []string{"8080/", "8080/page.html", "44772/ping", "44772/files/download?path=/tmp/a.html"} {
+		for _, prefix := range []string{"", "/v1"} {
+			t.Run(prefix+path, func(t *testing.T) { check(t, e.do(t, http.MethodGet, prefix+base+path, "", nil)) })
+		}
+	}
+	t.Run("stopped sandbox download", func(t *testing.T) {
+		body, ct := multipartBody(t, [2]string{"metadata", `{"path":"/tmp/a.html"}`}, [2]string{"file", "<script>alert(1)</script>"})
+		e.stop(t, id)
+		if r := e.do(t, http.MethodPost, base+"44772/files/upload", body, map[string]string{"Content-Type": ct}); r.status != http.StatusOK {
+			t.Fatalf("upload: %d %s", r.status, r.body)
+		}
+		check(t, e.do(t, http.MethodGet, base+"44772/files/download?path=/tmp/a.html", "", nil))
+	})
 }

@@ -95,6 +95,10 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request, id, portTex
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			s.proxyFailed(w, r, id, port, err)
 		},
+		ModifyResponse: func(res *http.Response) error {
+			makeInert(res.Header)
+			return nil
+		},
 	}
 	// Without full duplex, net/http closes the request body as soon as the
 	// response starts; the transport's last read of it then fails, it

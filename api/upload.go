@@ -94,6 +94,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, id strin
 	}
 	defer f.Close()
 	h := w.Header()
+	makeInert(h)
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": f.Name}))
 	if !f.ModTime.IsZero() {
@@ -138,6 +139,7 @@ func (s *Server) proxyDownload(w http.ResponseWriter, r *http.Request, id string
 		return
 	}
 	defer resp.Body.Close()
+	makeInert(resp.Header)
 	h := w.Header()
 	for k, v := range resp.Header {
 		if !hopByHop[strings.ToLower(k)] {
