@@ -309,3 +309,35 @@ func metricValue(t *testing.T, s *Server, name string) float64 {
 	t.Fatalf("/metrics has no %s", name)
 	return 0
 }
+
+// TestSleepPolicedSandbox: a sandbox under a networkPolicy may sleep by
+// pause, which keeps its network namespace and the firewall in it (after
+// the wake it still reaches nothing); a stop, whose start would make the
+// namespace anew without the firewall, is refused at create.
+func TestSleepPolicedSandbox(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, withTOML("[lifecycle]\ntest_min_idle_seconds = 1\n[docker]\nnetwork_mode = \"bridge\"\n"))
+	removeInstanceHelpersAtEnd(t, s)
+	deny := map[string]any{"defaultAction": "deny"}
+	for _, key := range []string{extIdleAction, extExpireAction} {
+		ext := map[string]string{extSleepAfterIdle: "2", key: "stop"}
+		status, _, body := s.do(t, http.MethodPost, "/v1/sandboxes", busyboxWith(map[string]any{"networkPolicy": deny, "extensions": ext}), nil)
+		wantError(t, "a policed sandbox sleeping by stop", status, body, http.StatusBadRequest, "SANDBOX::INVALID_PARAMETER")
+	}
+	open := newExecdBox(t, s, busyboxRequest())
+	secListen(t, open)
+	openIP := secEndpoint(t, sandboxContainer(t, open.ID), "bridge").IPAddress
+	closed := sleepyBox(t, s, "pause", nil, map[string]any{"networkPolicy": deny})
+	waitAsleep(t, s, closed.ID, "IDLE_PAUSED")
+	if out, code := closed.secShell(t, "nc -w 5 "+openIP+" 9999 </dev/null"); code == 0 || out == "hi" {
+		t.Errorf("the deny-all sandbox reached another sandbox after its wake: %q", out)
+	}
+	if sb := getSandbox(t, s, "/v1", closed.ID); sb.Status.State != "Running" {
+		t.Fatalf("the command did not wake the sandbox: %s/%s", sb.Status.State, sb.Status.Reason)
+	}
+	// Control: an unpoliced sandbox does reach it.
+	other := newExecdBox(t, s, busyboxRequest())
+	if out, code := other.secShell(t, "nc -w 10 "+openIP+" 9999 </dev/null"); code != 0 || out != "hi" {
+		t.Fatalf("control: a bridge sandbox cannot reach another (%q, exit %d)", out, code)
+	}
+}

@@ -154,6 +154,9 @@ func (s *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 	if err != nil {
 		return nil, err
 	}
+	if err := sleep.checkPoliced(policy != nil); err != nil {
+		return nil, err
+	}
 	res, err := ParseResources(req.ResourceLimits, s.defaults.cpu, s.defaults.memory)
 	if err != nil {
 		return nil, err

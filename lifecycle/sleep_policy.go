@@ -227,3 +227,19 @@ func (p *SleepPolicy) idleTimeout(server int) int {
 	}
 	return 0
 }
+
+// checkPoliced refuses a sleep by stop for a sandbox under an egress
+// policy: its firewall lives in the network namespace that the sandbox's
+// container owns, which a stop tears down and a start makes anew without
+// it. A pause keeps the namespace, and the firewall in it.
+func (p *SleepPolicy) checkPoliced(policed bool) error {
+	if !policed || p == nil {
+		return nil
+	}
+	for _, level := range p.levels() {
+		if level == actionStop {
+			return errf(KindInvalid, CodeInvalidParameter, "sleep by stop (extensions %q or %q = stop) is not supported for a sandbox under a networkPolicy (or [egress] default_policy): its firewall would not survive the stop; use pause", ExtIdleAction, ExtExpireAction)
+		}
+	}
+	return nil
+}

@@ -397,3 +397,29 @@ func TestSleepUnsupported(t *testing.T) {
 type bareRuntime struct{ runtime.Runtime }
 
 func (bareRuntime) Features() runtime.Features { return runtime.Features{} }
+
+// TestSleepPolicedRefusesStop: under an egress policy, only a sleep by
+// pause is allowed (a stop loses the firewall's namespace).
+func TestSleepPolicedRefusesStop(t *testing.T) {
+	for _, tt := range []struct {
+		p       *SleepPolicy
+		refused bool
+	}{
+		{nil, false},
+		{&SleepPolicy{IdleSeconds: 60, IdleAction: "pause"}, false},
+		{&SleepPolicy{IdleSeconds: 60, IdleAction: "delete"}, false},
+		{&SleepPolicy{IdleSeconds: 60, IdleAction: "stop"}, true},
+		{&SleepPolicy{ExpireAction: "stop"}, true},
+		{&SleepPolicy{IdleSeconds: 60, IdleAction: "pause", ExpireAction: "stop"}, true},
+	} {
+		err := tt.p.checkPoliced(true)
+		if tt.refused {
+			wantCode(t, err, KindInvalid, CodeInvalidParameter)
+		} else if err != nil {
+			t.Errorf("%+v: %v", tt.p, err)
+		}
+		if err := tt.p.checkPoliced(false); err != nil {
+			t.Errorf("%+v unpoliced: %v", tt.p, err)
+		}
+	}
+}
