@@ -78,10 +78,11 @@ type PoolBackend interface {
 	DeletePool(ctx context.Context, name string) error
 }
 
-// ProxyBackend opens the proxy route: a sandbox's token, and the
-// transport to its agent.
+// ProxyBackend opens the proxy route: a sandbox's token (its egress
+// token for the egress API), and the transport to its agent.
 type ProxyBackend interface {
 	CheckToken(id, tok string) bool
+	CheckEgressToken(id, tok string) bool
 	Transport(ctx context.Context, id string) (http.RoundTripper, error)
 }
 

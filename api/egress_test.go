@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -26,6 +27,9 @@ func (f *fakeEgress) Policy(string) (egress.Policy, error) {
 
 func (f *fakeEgress) ChangePolicy(_ context.Context, _ string, op lifecycle.PolicyOp, body func() ([]byte, error)) (lifecycle.PolicyChange, error) {
 	f.op = op
+	if f.pol != nil {
+		return lifecycle.PolicyChange{}, f.pol // the sandbox is checked first, as lifecycle's
+	}
 	b, err := body()
 	if err != nil {
 		return lifecycle.PolicyChange{}, &lifecycle.Error{Kind: lifecycle.KindTooLarge, Message: "request body too large"}
@@ -66,9 +70,11 @@ func TestServeEgressWire(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := c.f
-			s := &Server{egress: &f}
+			s := &Server{egress: &f, inflight: newInflight(8, 8)}
 			w := httptest.NewRecorder()
-			s.serveEgress(w, httptest.NewRequest(c.method, "/x", strings.NewReader(c.body)), "sb", c.rest)
+			req := httptest.NewRequest(c.method, "/x", strings.NewReader(c.body))
+			req.Header.Set("Content-Type", "application/json")
+			s.handleEgress(w, req, "sb", c.rest)
 			body := w.Body.String()
 			if w.Code != c.status {
 				t.Fatalf("%d %q, want %d", w.Code, body, c.status)
@@ -89,6 +95,72 @@ func TestServeEgressWire(t *testing.T) {
 			}
 			if c.status == http.StatusOK && strings.HasPrefix(c.rest, "/policy") && w.Header().Get("Content-Type") != "application/json" {
 				t.Errorf("Content-Type = %q", w.Header().Get("Content-Type"))
+			}
+		})
+	}
+}
+
+// fakeTokens opens sandbox "sb" with the execd token "execd" and the
+// egress token "egress".
+type fakeTokens struct{}
+
+func (fakeTokens) CheckToken(id, tok string) bool       { return id == "sb" && tok == "execd" }
+func (fakeTokens) CheckEgressToken(id, tok string) bool { return id == "sb" && tok == "egress" }
+func (fakeTokens) Transport(context.Context, string) (http.RoundTripper, error) {
+	return nil, errors.New("no transport")
+}
+
+// Who opens the egress API: the egress token (the 18080 endpoint's
+// header) and the key do, the execd token only /healthz, with the error
+// envelope otherwise. A write must be declared JSON.
+func TestEgressAuthorization(t *testing.T) {
+	for _, c := range []struct {
+		name, rest, method, ctype string
+		headers                   map[string]string
+		status                    int
+		code                      string
+	}{
+		{name: "egress token", rest: "/policy", method: "PATCH", headers: map[string]string{lifecycle.EgressAuthHeader: "egress"}, status: 200},
+		{name: "key", rest: "/policy", method: "PATCH", headers: map[string]string{headerAPIKey: "k"}, status: 200},
+		{name: "key in the token header", rest: "/policy", method: "GET", headers: map[string]string{lifecycle.TokenHeader: "k"}, status: 200},
+		{name: "execd token write", rest: "/policy", method: "POST", headers: map[string]string{lifecycle.TokenHeader: "execd"}, status: 403, code: codeEgressForbidden},
+		{name: "execd token read", rest: "/policy", method: "GET", headers: map[string]string{lifecycle.TokenHeader: "execd"}, status: 403, code: codeEgressForbidden},
+		{name: "execd token healthz", rest: "/healthz", method: "GET", headers: map[string]string{lifecycle.TokenHeader: "execd"}, status: 200},
+		{name: "execd token as the egress token", rest: "/policy", method: "PATCH", headers: map[string]string{lifecycle.EgressAuthHeader: "execd"}, status: 401, code: "INVALID_API_KEY"},
+		{name: "execd token beside a wrong egress token", rest: "/policy", method: "PATCH", headers: map[string]string{lifecycle.TokenHeader: "execd", lifecycle.EgressAuthHeader: "x"}, status: 401, code: "INVALID_API_KEY"},
+		{name: "another sandbox's egress token", rest: "/policy", method: "PATCH", headers: map[string]string{lifecycle.EgressAuthHeader: "egress-of-other"}, status: 401, code: "INVALID_API_KEY"},
+		{name: "nothing", rest: "/policy", method: "GET", status: 401, code: "MISSING_API_KEY"},
+		{name: "text/plain", rest: "/policy", method: "POST", ctype: "text/plain", headers: map[string]string{headerAPIKey: "k"}, status: 415, code: codeUnsupportedMedia},
+		{name: "no type", rest: "/policy", method: "PATCH", ctype: "-", headers: map[string]string{lifecycle.EgressAuthHeader: "egress"}, status: 415, code: codeUnsupportedMedia},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeEgress{change: func([]byte) (lifecycle.PolicyChange, error) { return lifecycle.PolicyChange{Changed: true}, nil }}
+			s := &Server{egress: f, proxy: fakeTokens{}, keys: [][]byte{[]byte("k")}, inflight: newInflight(8, 8)}
+			body := ""
+			if c.method != "GET" {
+				body = `{"defaultAction":"allow"}`
+			}
+			req := httptest.NewRequest(c.method, "/x", strings.NewReader(body))
+			switch c.ctype {
+			case "":
+				req.Header.Set("Content-Type", "application/json")
+			case "-":
+			default:
+				req.Header.Set("Content-Type", c.ctype)
+			}
+			for k, v := range c.headers {
+				req.Header.Set(k, v)
+			}
+			w := httptest.NewRecorder()
+			s.handleEgress(w, req, "sb", c.rest)
+			if w.Code != c.status {
+				t.Fatalf("%d %q, want %d", w.Code, w.Body.String(), c.status)
+			}
+			if c.code != "" && !strings.Contains(w.Body.String(), `"code":"`+c.code+`"`) {
+				t.Errorf("answer %q lacks code %s", w.Body.String(), c.code)
+			}
+			if c.status >= 400 && f.read != nil {
+				t.Errorf("a refused call changed the policy (body %q)", f.read)
 			}
 		})
 	}

@@ -23,6 +23,7 @@ const (
 	codeBackendConnectionFailed = "BACKEND_CONNECTION_FAILED"
 	codeBackendTimeout          = "BACKEND_TIMEOUT"
 	codeBackendResponseFailed   = "BACKEND_RESPONSE_FAILED"
+	codeEgressForbidden         = "EGRESS::FORBIDDEN"
 )
 
 // errorBody is the OpenSandbox error envelope.

@@ -41,11 +41,6 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request, id, portTex
 	}
 	defer release()
 	rest := proxyRest(r.URL.EscapedPath(), portText)
-	if port == lifecycle.EgressPort {
-		// The egress API is sandboxd's own, never the sandbox's.
-		s.serveEgress(w, r, id, rest)
-		return
-	}
 	route := fileRouteOf(r, port, rest)
 	if port == lifecycle.ExecdPort && r.ContentLength != 0 && !route.form() && !requireJSON(w, r) {
 		return // execd takes JSON bodies only, but for uploads

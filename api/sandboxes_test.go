@@ -253,9 +253,15 @@ func TestEndpointResponse(t *testing.T) {
 			if want := tt.host(e) + "/sandboxes/" + id + "/proxy/" + tt.port; m["endpoint"] != want {
 				t.Errorf("endpoint = %v, want %s", m["endpoint"], want)
 			}
+			// The egress API's port carries the egress token, not the
+			// execd token (which does not open it).
+			hdr, tok := "X-EXECD-ACCESS-TOKEN", e.mgr.Sandboxes.Token(id)
+			if tt.port == "18080" {
+				hdr, tok = "OPENSANDBOX-EGRESS-AUTH", e.mgr.Sandboxes.EgressToken(id)
+			}
 			headers, _ := m["headers"].(map[string]any)
-			if len(headers) != 1 || headers["X-EXECD-ACCESS-TOKEN"] != e.mgr.Sandboxes.Token(id) {
-				t.Errorf("headers = %v, want only the sandbox token", headers)
+			if len(headers) != 1 || headers[hdr] != tok || tok == e.mgr.Sandboxes.Token(id) && hdr != "X-EXECD-ACCESS-TOKEN" {
+				t.Errorf("headers = %v, want only %s", headers, hdr)
 			}
 		})
 	}

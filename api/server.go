@@ -113,6 +113,7 @@ func (s *Server) routes() {
 		p("/sandboxes/{id}/diagnostics/{what}", s.handleDiagnosticsNotImplemented).Methods(http.MethodGet)
 		s.poolRoutes(p)
 		s.templateRoutes(p)
+		s.networkPolicyRoutes(p)
 	}
 	// Only under /v1, as upstream (its /metrics/events is a 404).
 	r.HandleFunc("/v1/metrics/events", s.handleMetricsEvent).Methods(http.MethodPost)
@@ -150,6 +151,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if id, port, ok := proxyRoute(r.URL.EscapedPath()); ok {
+		if n, err := strconv.Atoi(port); err == nil && n == lifecycle.EgressPort {
+			// The egress API is sandboxd's own, never the sandbox's.
+			s.handleEgress(rec, r, id, proxyRest(r.URL.EscapedPath(), port))
+			return
+		}
 		s.handleProxy(rec, r, id, port)
 		return
 	}

@@ -483,7 +483,9 @@ func TestEgressPolicyValidation(t *testing.T) {
 	if !strings.HasSuffix(ep.Endpoint, egressPath(sb.ID, "")) {
 		t.Errorf("egress endpoint %q", ep.Endpoint)
 	}
-	b := &execdBox{s: s, ID: sb.ID, Headers: ep.Headers}
+	var execd lcEndpoint
+	s.doJSON(t, http.MethodGet, sandboxPath(sb.ID, "/endpoints/44772"), nil, http.StatusOK, &execd)
+	b := &execdBox{s: s, ID: sb.ID, Headers: execd.Headers}
 	p := egressPath(b.ID, "/policy")
 	for _, c := range []struct {
 		method, body string
@@ -520,10 +522,11 @@ func TestEgressPolicyValidation(t *testing.T) {
 	if c := capEff(b); c&netAdminRaw != 0 {
 		t.Errorf("a policed sandbox has NET_ADMIN or NET_RAW (CapEff %x)", c)
 	}
-	// The sandbox's own token opens the egress API, as every proxied call.
-	status, _, _ := s.do(t, http.MethodGet, p, nil, map[string]string{apiKeyHeader: "", execdTokenHeader: b.Headers[execdTokenHeader]})
+	// The 18080 endpoint's headers (the egress token) open the egress API
+	// (the execd token does not: TestSecurityEgressCredential).
+	status, _, _ := s.do(t, http.MethodGet, p, nil, map[string]string{apiKeyHeader: "", egressAuthHeader: ep.Headers[egressAuthHeader]})
 	if status != http.StatusOK {
-		t.Errorf("GET /policy with the sandbox token: %d", status)
+		t.Errorf("GET /policy with the egress token: %d", status)
 	}
 	status, _, _ = s.do(t, http.MethodGet, p, nil, map[string]string{apiKeyHeader: ""})
 	if status != http.StatusUnauthorized {

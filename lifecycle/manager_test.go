@@ -604,8 +604,17 @@ func TestEndpoint(t *testing.T) {
 			if want := strings.Replace(tt.want, "%s", sb.ID, 1); ep.Endpoint != want {
 				t.Errorf("endpoint = %q, want %q", ep.Endpoint, want)
 			}
-			if len(ep.Headers) != 1 || ep.Headers[TokenHeader] != e.m.Sandboxes.Token(sb.ID) || ep.Headers[TokenHeader] == "" {
-				t.Errorf("headers = %v, want only %s with the token", ep.Headers, TokenHeader)
+			// The egress API's port carries the egress token, which is not
+			// the execd token.
+			hdr, tok := TokenHeader, e.m.Sandboxes.Token(sb.ID)
+			if tt.port == EgressPort {
+				hdr, tok = EgressAuthHeader, e.m.Sandboxes.EgressToken(sb.ID)
+				if tok == e.m.Sandboxes.Token(sb.ID) || !e.m.Sandboxes.CheckEgressToken(sb.ID, tok) || e.m.Sandboxes.CheckEgressToken(sb.ID, e.m.Sandboxes.Token(sb.ID)) {
+					t.Errorf("the egress token is the execd token, or does not open its own check")
+				}
+			}
+			if len(ep.Headers) != 1 || ep.Headers[hdr] != tok || tok == "" {
+				t.Errorf("headers = %v, want only %s with the token", ep.Headers, hdr)
 			}
 		})
 	}

@@ -749,7 +749,7 @@ func (s *Sandboxes) Renew(ctx context.Context, id string, at time.Time) (time.Ti
 
 // Endpoint returns where port of sandbox id is reached: always through
 // sandboxd's proxy route on the host the client used (or eip), with the
-// sandbox's token in headers.
+// sandbox's token in headers (its egress token for the egress API's port).
 func (s *Sandboxes) Endpoint(ctx context.Context, id string, port int, requestHost string) (*Endpoint, error) {
 	if port < 1 || port > 65535 {
 		return nil, errf(KindInvalid, CodeInvalidPort, "port %d must be between 1 and 65535", port)
@@ -765,10 +765,11 @@ func (s *Sandboxes) Endpoint(ctx context.Context, id string, port int, requestHo
 		host = strings.TrimPrefix(strings.TrimPrefix(eip, "https://"), "http://")
 		host = strings.TrimSuffix(host, "/")
 	}
-	return &Endpoint{
-		Endpoint: fmt.Sprintf("%s/sandboxes/%s/proxy/%d", host, id, port),
-		Headers:  map[string]string{TokenHeader: s.Token(id)},
-	}, nil
+	headers := map[string]string{TokenHeader: s.Token(id)}
+	if port == EgressPort {
+		headers = map[string]string{EgressAuthHeader: s.EgressToken(id)}
+	}
+	return &Endpoint{Endpoint: fmt.Sprintf("%s/sandboxes/%s/proxy/%d", host, id, port), Headers: headers}, nil
 }
 
 // Transport returns a RoundTripper to the agent of a running sandbox, for
