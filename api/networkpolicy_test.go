@@ -16,7 +16,9 @@ import (
 // policy, the sidecar's errors pass as text, the server's own as the
 // envelope.
 func TestNetworkPolicyWire(t *testing.T) {
-	errOf := func(k lifecycle.Kind, code, msg string) error { return &lifecycle.Error{Kind: k, Code: code, Message: msg} }
+	errOf := func(k lifecycle.Kind, code, msg string) error {
+		return &lifecycle.Error{Kind: k, Code: code, Message: msg}
+	}
 	ok := func([]byte) (lifecycle.PolicyChange, error) { return lifecycle.PolicyChange{Changed: true}, nil }
 	for _, c := range []struct {
 		name, method, ctype, body string
