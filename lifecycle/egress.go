@@ -116,6 +116,7 @@ func parsePolicy(np *NetworkPolicy) (*egress.Policy, error) {
 type Egress struct {
 	*deps
 	links         egressLinks
+	host          hostAddrs
 	defaultPolicy *egress.Policy // [egress] default_policy
 }
 
@@ -350,7 +351,7 @@ func (eg *Egress) pushPolicy(ctx context.Context, rec *Record, pol egress.Policy
 	if err != nil {
 		return nil, err
 	}
-	body, _ := json.Marshal(pol)
+	body, _ := json.Marshal(egress.Enforced{Policy: pol, Host: eg.hostAddresses(ctx)})
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://egress/policy", bytes.NewReader(body))
 	resp, err := sess.Transport().RoundTrip(req)
 	if err != nil {
@@ -489,8 +490,10 @@ func (eg *Egress) watchEgress(id string, link *egressLink, sess runtime.Session)
 
 // sweep restores, at each reaper sweep, the daemon of every policed
 // sandbox that has none: one whose re-application failed at start-up, or
-// whose watcher gave up.
+// whose watcher gave up; and gives every daemon the host's addresses when
+// they changed.
 func (eg *Egress) sweep(ctx context.Context) {
+	hostChanged := eg.refreshHost(ctx)
 	recs, err := eg.store.Sandboxes()
 	if err != nil {
 		return
@@ -505,7 +508,7 @@ func (eg *Egress) sweep(ctx context.Context) {
 		link.mu.Lock()
 		live := link.sess != nil
 		link.mu.Unlock()
-		if live {
+		if live && !hostChanged {
 			continue // alive, or its watcher is on it
 		}
 		wg.Go(func() {

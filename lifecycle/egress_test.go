@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -117,6 +118,8 @@ type egressFake struct {
 	mu        sync.Mutex
 	starts    int
 	pushed    []egress.Policy
+	pushHost  [][]netip.Addr // the host addresses sent with each push
+	hostAddrs []netip.Addr   // what HostAddresses answers
 	sessions  []*fakeSession
 	fail      bool
 	detached  []string
@@ -189,6 +192,12 @@ func (f *egressFake) AttachNetwork(_ context.Context, id string, _ runtime.Netwo
 	return nil
 }
 
+func (f *egressFake) HostAddresses(context.Context) ([]netip.Addr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hostAddrs, nil
+}
+
 func (f *egressFake) HostResolvers(context.Context, runtime.Spec) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -205,7 +214,7 @@ func (f *egressFake) StartEgress(_ context.Context, helper string, args []string
 			_ = json.NewEncoder(w).Encode(egress.Stats{DNSAllowed: 3, DNSDenied: 2, ConnDenied: 1})
 			return
 		}
-		var p egress.Policy
+		var p egress.Enforced
 		_ = json.NewDecoder(r.Body).Decode(&p)
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -213,7 +222,8 @@ func (f *egressFake) StartEgress(_ context.Context, helper string, args []string
 			http.Error(w, "nft failed", http.StatusInternalServerError)
 			return
 		}
-		f.pushed = append(f.pushed, p)
+		f.pushed = append(f.pushed, p.Policy)
+		f.pushHost = append(f.pushHost, p.Host)
 		_, _ = w.Write([]byte(`{"upstreams":["192.0.2.53:53"]}`))
 	})}
 	f.mu.Lock()
@@ -515,4 +525,35 @@ func bodyOf(s string) func() ([]byte, error) {
 func isKind(err error, k Kind) bool {
 	e, ok := AsError(err)
 	return ok && e.Kind == k
+}
+
+// Every daemon gets the host's own addresses with its policy, and again
+// when they change (read at each reaper sweep): they are closed like the
+// gateway.
+func TestEgressHostAddresses(t *testing.T) {
+	e := newEnv(t, nil)
+	f := &egressFake{Runtime: e.rt, hostAddrs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}}
+	e.m.d.rt = f
+	req := validRequest()
+	req.NetworkPolicy = &NetworkPolicy{DefaultAction: "allow"}
+	e.create(t, req)
+	pushes := func() [][]netip.Addr {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Clone(f.pushHost)
+	}
+	if got := pushes(); len(got) != 1 || !slices.Equal(got[0], f.hostAddrs) {
+		t.Fatalf("host addresses pushed %v, want [%v]", got, f.hostAddrs)
+	}
+	e.m.Egress.sweep(t.Context())
+	if got := pushes(); len(got) != 1 {
+		t.Fatalf("a sweep without a change pushed again: %v", got)
+	}
+	f.mu.Lock()
+	f.hostAddrs = []netip.Addr{netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("198.51.100.7")}
+	f.mu.Unlock()
+	e.m.Egress.sweep(t.Context())
+	if got := pushes(); len(got) != 2 || !slices.Equal(got[1], f.hostAddrs) {
+		t.Fatalf("after the host got an address, pushed %v", got)
+	}
 }

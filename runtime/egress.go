@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"net/http"
+	"net/netip"
 )
 
 // Egress is implemented by runtimes that can enforce an egress policy with a
@@ -34,6 +35,11 @@ type Egress interface {
 	// read from a short-lived container made from spec's name, image,
 	// labels and platform, which no sandbox can touch.
 	HostResolvers(ctx context.Context, spec Spec) ([]string, error)
+	// HostAddresses returns the addresses of the engine's host that a
+	// sandbox could reach through its gateway: those of the engine's
+	// network namespace and of sandboxd's, as they are now (they change:
+	// callers ask again). Loopback is not among them.
+	HostAddresses(ctx context.Context) ([]netip.Addr, error)
 }
 
 // Session is a daemon reached over an exec stream.

@@ -4,10 +4,7 @@ package docker
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 )
 
 // Off Linux the engine runs in a VM (Docker Desktop): sandboxd cannot pin

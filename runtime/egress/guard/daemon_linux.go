@@ -92,7 +92,7 @@ func guard(ctx context.Context, upstreams []netip.AddrPort) error {
 		return err
 	}
 	d := &daemon{fw: fw, upstreams: upstreams, policy: denyAll()}
-	if err := d.setPolicy(d.policy); err != nil {
+	if err := d.setPolicy(d.policy, nil); err != nil {
 		return err
 	}
 	if _, err := fmt.Println(egress.Ready); err != nil {
@@ -137,6 +137,7 @@ type daemon struct {
 
 	mu      sync.Mutex
 	policy  egress.Policy
+	host    []netip.Addr // the host's own addresses, closed like the gateway
 	learned map[netip.Addr]learned
 }
 
@@ -165,7 +166,7 @@ func serve(ctx context.Context, upstreams []netip.AddrPort, log *slog.Logger) er
 		defer ln.Close()
 	}
 	// Deny everything until sandboxd sends the policy.
-	if err := d.setPolicy(d.policy); err != nil {
+	if err := d.setPolicy(d.policy, nil); err != nil {
 		return err
 	}
 	dnsUDP := &dns.Server{Addr: listenAddr, Net: "udp", Handler: d}
@@ -208,8 +209,8 @@ func pointResolver() error {
 
 // GuardedPrefixes are closed under any policy unless an IP rule opens them:
 // link-local (cloud metadata), private, shared and multicast ranges. (The
-// namespace's own loopback is the sandbox's; the host is its gateway,
-// guarded separately.)
+// namespace's own loopback is the sandbox's; the host, its gateway and its
+// own addresses, is guarded separately.)
 func GuardedPrefixes() []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range []string{
@@ -259,14 +260,18 @@ func setMark(c syscall.RawConn, mark int) error {
 	return serr
 }
 
-// setPolicy programs p, keeping the learned addresses of names p still allows.
-func (d *daemon) setPolicy(p egress.Policy) error {
+// setPolicy programs p with the host's addresses closed, keeping the
+// learned addresses of names p still allows.
+func (d *daemon) setPolicy(p egress.Policy, host []netip.Addr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now()
 	// The gateway is read at each change: the daemon may start before the
 	// sandbox has its interface, and the policy it is sent comes after.
 	rs := ruleset{policy: p, guarded: append(GuardedPrefixes(), gateways()...)}
+	for _, a := range host {
+		rs.guarded = append(rs.guarded, netip.PrefixFrom(a, a.BitLen()))
+	}
 	for _, u := range d.upstreams {
 		rs.upstreams = append(rs.upstreams, u.Addr())
 	}
@@ -280,7 +285,7 @@ func (d *daemon) setPolicy(p egress.Policy) error {
 	if err := d.fw.apply(rs); err != nil {
 		return err
 	}
-	d.policy, d.learned = p, keep
+	d.policy, d.host, d.learned = p, host, keep
 	return nil
 }
 
@@ -387,17 +392,17 @@ func (d *daemon) routes() http.Handler {
 		})
 	})
 	mux.HandleFunc("PUT /policy", func(w http.ResponseWriter, r *http.Request) {
-		var p egress.Policy
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(&p); err != nil {
+		var e egress.Enforced
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(&e); err != nil {
 			http.Error(w, "invalid policy: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		p, err := egress.Normalize(p)
+		p, err := egress.Normalize(e.Policy)
 		if err != nil {
 			http.Error(w, "invalid policy: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if err := d.setPolicy(p); err != nil {
+		if err := d.setPolicy(p, e.Host); err != nil {
 			http.Error(w, "failed to apply nftables policy: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
