@@ -525,6 +525,11 @@ func TestLoadValidation(t *testing.T) {
 		{`lifecycle.sleep_action = "delete"`, []string{`lifecycle.sleep_action: must be "pause" or "stop", got "delete"`}},
 		{`lifecycle.sleep_after_idle = "10s"`, []string{`lifecycle.sleep_after_idle: must be 0 (off) or between 30s and 24h`}},
 		{"lifecycle.test_min_idle_seconds = 40", []string{`lifecycle.test_min_idle_seconds: must be between 0 and 30`}},
+		{`egress.dns_upstream = ["192.0.2.53", "127.0.0.1:5353", "::1", "dns.example"]`, []string{
+			`egress.dns_upstream: "127.0.0.1:5353" is a loopback address: policed sandboxes resolve from their own network namespace and can never reach the host's loopback (every lookup would fail); give an address of the host or a resolver they can route to (unset, Docker's embedded resolver is used on a user network)`,
+			`egress.dns_upstream: "::1" is a loopback address: policed sandboxes resolve from their own network namespace and can never reach the host's loopback (every lookup would fail); give an address of the host or a resolver they can route to (unset, Docker's embedded resolver is used on a user network)`,
+			`egress.dns_upstream: "dns.example" is not an IP or IP:port (a name would be resolved through the policy it enforces)`,
+		}},
 		{`store.dir = "state"`, []string{`store.dir: "state" is not an absolute path (~/ is allowed)`}},
 		{"[[pool]]\nimage = \"i\"\nsize = -1", []string{`pool[0].name: must not be empty`, `pool[0].size: must not be negative, got -1`}},
 		{"[[pool]]\nname = \"a\"", []string{`pool[0].image: must not be empty`}},

@@ -88,9 +88,15 @@ func (c Config) validate() error {
 	check(lc.SleepRetention.Duration >= 0, "lifecycle.sleep_retention", "must not be negative")
 	check(lc.TestMinIdleSeconds >= 0 && lc.TestMinIdleSeconds <= 30, "lifecycle.test_min_idle_seconds", "must be between 0 and 30")
 	for _, u := range c.Egress.DNSUpstream {
-		_, errAP := netip.ParseAddrPort(u)
-		_, errA := netip.ParseAddr(u)
+		ap, errAP := netip.ParseAddrPort(u)
+		a, errA := netip.ParseAddr(u)
 		check(errAP == nil || errA == nil, "egress.dns_upstream", "%q is not an IP or IP:port (a name would be resolved through the policy it enforces)", u)
+		if errAP == nil {
+			a = ap.Addr()
+		}
+		// The egress daemon forwards from the sandbox's network namespace,
+		// whose loopback is the sandbox's own: the host's is out of reach.
+		check(!a.IsLoopback(), "egress.dns_upstream", "%q is a loopback address: policed sandboxes resolve from their own network namespace and can never reach the host's loopback (every lookup would fail); give an address of the host or a resolver they can route to (unset, Docker's embedded resolver is used on a user network)", u)
 	}
 	check(filepath.IsAbs(c.Store.Dir), "store.dir", "%q is not an absolute path (~/ is allowed)", c.Store.Dir)
 

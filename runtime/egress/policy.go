@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -121,12 +122,14 @@ func (p Policy) Mode() string {
 	return "deny_all"
 }
 
-// AllowsName decides a DNS name: the first domain rule that matches wins,
-// else the default. IP rules take no part.
+// AllowsName decides a DNS name in presentation format (as a resolver
+// reads it: `\.` is a dot inside a label): the first domain rule that
+// matches wins, else the default. IP rules take no part. Rules match on
+// labels, so `x\.wild.test` (two labels) is not below wild.test.
 func (p Policy) AllowsName(name string) bool {
-	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	labels := dnsLabels(name)
 	for _, r := range p.Egress {
-		if matchDomain(r.Target, name) {
+		if matchLabels(r.Target, labels) {
 			return r.Action == Allow
 		}
 	}
@@ -134,12 +137,13 @@ func (p Policy) AllowsName(name string) bool {
 }
 
 // AllowsConnection decides a connection to dst that asks for name (TLS SNI
-// or HTTP Host): a domain rule decides as for DNS; with none matching, an
-// IP rule allowing dst lets it through, else the default decides.
+// or HTTP Host, plain host names): a domain rule decides as for DNS; with
+// none matching, an IP rule allowing dst lets it through, else the default
+// decides.
 func (p Policy) AllowsConnection(name string, dst netip.Addr) bool {
-	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	labels := strings.Split(strings.TrimSuffix(strings.ToLower(name), "."), ".")
 	for _, r := range p.Egress {
-		if matchDomain(r.Target, name) {
+		if matchLabels(r.Target, labels) {
 			return r.Action == Allow
 		}
 	}
@@ -151,11 +155,47 @@ func (p Policy) AllowsConnection(name string, dst netip.Addr) bool {
 	return p.DefaultAction == Allow
 }
 
-func matchDomain(target, name string) bool {
+// matchLabels reports whether a name's labels match a canonical target: the
+// same labels, or for "*.d" more labels ending with d's.
+func matchLabels(target string, labels []string) bool {
 	if suffix, ok := strings.CutPrefix(target, "*."); ok {
-		return strings.HasSuffix(name, "."+suffix)
+		t := strings.Split(suffix, ".")
+		return len(labels) > len(t) && slices.Equal(labels[len(labels)-len(t):], t)
 	}
-	return target == name
+	return slices.Equal(labels, strings.Split(target, "."))
+}
+
+// dnsLabels splits a name in presentation format into its labels,
+// unescaped (`\.` and `\DDD`) and lower-cased; the root's empty label is
+// left out.
+func dnsLabels(name string) []string {
+	var out []string
+	var cur []byte
+	digit := func(c byte) bool { return c >= '0' && c <= '9' }
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '\\' && i+3 < len(name) && digit(name[i+1]) && digit(name[i+2]) && digit(name[i+3]):
+			if v := int(name[i+1]-'0')*100 + int(name[i+2]-'0')*10 + int(name[i+3]-'0'); v <= 255 {
+				cur = append(cur, byte(v))
+			} else {
+				cur = append(cur, name[i:i+4]...) // no byte: matches no rule
+			}
+			i += 3
+		case c == '\\' && i+1 < len(name):
+			cur = append(cur, name[i+1])
+			i++
+		case c == '.':
+			out = append(out, strings.ToLower(string(cur)))
+			cur = cur[:0]
+		default:
+			cur = append(cur, c)
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, strings.ToLower(string(cur)))
+	}
+	return out
 }
 
 // Prefixes returns the IP and CIDR rules of one action as prefixes.

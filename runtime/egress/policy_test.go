@@ -55,6 +55,10 @@ func TestAllowsName(t *testing.T) {
 		"pypi.org": true, "PyPI.org.": true, "www.pypi.org": false,
 		"a.example.com": true, "a.b.example.com": true, "example.com": false, "bad.example.com": false,
 		"other.net": false, "10.0.0.1": false,
+		// Names as a resolver presents them: labels, not strings.
+		`x\.example.com`: false, `a\.b.com`: false, `a.example\.com`: false, `a.\101xample.com`: true,
+		`a\046example.com`: false, `\112ypi.org`: true, `pypi\.org`: false, `a.example.com\`: false,
+		`a.\999xample.com`: false,
 	} {
 		if got := p.AllowsName(name); got != want {
 			t.Errorf("AllowsName(%q) = %v, want %v", name, got, want)

@@ -329,6 +329,10 @@ func (d *daemon) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 	}
 	d.dnsAllowed.Add(1)
 	resp.Answer = slices.DeleteFunc(resp.Answer, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeAAAA })
+	// The additional section goes only with EDNS's OPT: records an upstream
+	// adds there (glue, names nobody asked for) would reach the sandbox's
+	// resolver unjudged by the policy.
+	resp.Extra = slices.DeleteFunc(resp.Extra, func(rr dns.RR) bool { return rr.Header().Rrtype != dns.TypeOPT })
 	d.learn(name, resp)
 	_ = w.WriteMsg(resp)
 }

@@ -5,6 +5,7 @@ package guard
 import (
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -51,6 +52,7 @@ type dnsRecorder struct {
 }
 
 func (r *dnsRecorder) WriteMsg(m *dns.Msg) error { r.msg = m; return nil }
+func (r *dnsRecorder) LocalAddr() net.Addr       { return &net.UDPAddr{} }
 
 // TestServeAAAA: an allowed name gets no IPv6 address (the firewall keeps
 // IPv6 closed), without a query upstream; a denied one is NXDOMAIN.
@@ -64,5 +66,43 @@ func TestServeAAAA(t *testing.T) {
 		if w.msg == nil || w.msg.Rcode != rcode || len(w.msg.Answer) != 0 {
 			t.Errorf("AAAA %s = %v, want rcode %d and no answer", name, w.msg, rcode)
 		}
+	}
+}
+
+// TestServeStripsAdditional: an allowed name's answer reaches the sandbox
+// without the upstream's additional records (an address for a name the
+// policy denies, here), but for EDNS's OPT.
+func TestServeStripsAdditional(t *testing.T) {
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(q)
+		txt, _ := dns.NewRR(q.Question[0].Name + " 60 IN TXT \"hello\"")
+		extra, _ := dns.NewRR("denied.test. 60 IN A 192.0.2.66")
+		m.Answer = []dns.RR{txt}
+		m.Extra = []dns.RR{extra}
+		m.SetEdns0(1232, false)
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = up.ActivateAndServe() }()
+	defer up.Shutdown()
+	d := &daemon{
+		log: slog.New(slog.DiscardHandler), client: &dns.Client{},
+		upstreams: []netip.AddrPort{netip.MustParseAddrPort(pc.LocalAddr().String())},
+		policy:    egress.Policy{DefaultAction: egress.Deny, Egress: []egress.Rule{{Action: egress.Allow, Target: "allowed.test"}}},
+	}
+	q := new(dns.Msg)
+	q.SetQuestion("allowed.test.", dns.TypeTXT)
+	q.SetEdns0(1232, false)
+	w := &dnsRecorder{}
+	d.ServeDNS(w, q)
+	if w.msg == nil || w.msg.Rcode != dns.RcodeSuccess || len(w.msg.Answer) != 1 {
+		t.Fatalf("answer %v", w.msg)
+	}
+	if len(w.msg.Extra) != 1 || w.msg.Extra[0].Header().Rrtype != dns.TypeOPT {
+		t.Errorf("additional section %v, want the OPT only", w.msg.Extra)
 	}
 }

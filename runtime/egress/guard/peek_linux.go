@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -27,9 +28,10 @@ const (
 	tlsProxyPort  = 15443
 )
 
-// maxPeek bounds what the proxy reads before deciding: one TLS record
-// (a ClientHello fits in one) or an HTTP request head.
-const maxPeek = 5 + 16<<10
+// maxPeek bounds what the proxy reads before deciding: a ClientHello
+// over as many TLS records as it takes, or an HTTP request head. A
+// ClientHello that does not fit is refused.
+const maxPeek = 64 << 10
 
 // peekTimeout bounds how long a client may take to send that.
 const peekTimeout = 10 * time.Second
@@ -65,8 +67,15 @@ func (d *daemon) relay(c *net.TCPConn, tls bool) {
 		return // reached directly, not redirected: nowhere to go
 	}
 	_ = c.SetReadDeadline(time.Now().Add(peekTimeout))
-	head, name := peekName(c, tls)
+	head, name, bad := peekName(c, tls)
 	_ = c.SetReadDeadline(time.Time{})
+	if bad {
+		// A name split, hidden or contradicted so that it may be read
+		// otherwise than here: refused, not decided by address.
+		d.log.Warn("egress: refused connection whose name cannot be read", "dst", dst)
+		d.connDenied.Add(1)
+		return
+	}
 	if name != "" {
 		d.mu.Lock()
 		allowed := d.policy.AllowsConnection(name, dst.Addr())
@@ -118,66 +127,125 @@ func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
 }
 
 // peekName reads the start of a connection and returns it with the name it
-// asks for ("" when none can be found: the address rules alone decide).
-func peekName(r io.Reader, tls bool) ([]byte, string) {
+// asks for ("" when it names none: the address rules alone decide), or bad
+// when the name cannot be read for sure: a ClientHello that is malformed,
+// incomplete when the client stops sending or larger than maxPeek; an
+// HTTP request whose target names another host than its Host header, or
+// with several Host headers.
+func peekName(r io.Reader, tls bool) (head []byte, name string, bad bool) {
 	buf := make([]byte, 0, 4096)
 	for len(buf) < maxPeek {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		n, err := r.Read(buf[len(buf):min(cap(buf), maxPeek)])
 		buf = buf[:len(buf)+n]
+		var done bool
 		if tls {
-			if name, done := sniName(buf); done {
-				return buf, name
-			}
-		} else if name, done := hostName(buf); done {
-			return buf, name
+			name, done, bad = sniName(buf)
+		} else {
+			name, done, bad = hostName(buf)
+		}
+		if done {
+			return buf, name, bad
 		}
 		if err != nil {
 			break
 		}
 	}
-	return buf, ""
+	// The client stopped, or sent more than a name needs.
+	return buf, "", tls
 }
 
-// hostName finds the Host header of an HTTP request head; done once the
-// head is complete (or cannot be HTTP).
-func hostName(b []byte) (string, bool) {
+// hostName finds the host an HTTP request head asks for: its Host header,
+// which must agree with an absolute-form target (GET http://host/...);
+// CONNECT's authority. done once the head is complete (or cannot be
+// HTTP).
+func hostName(b []byte) (name string, done, bad bool) {
 	end := bytes.Index(b, []byte("\r\n\r\n"))
 	if end < 0 {
-		return "", len(b) >= maxPeek
+		return "", false, false
 	}
-	for _, line := range strings.Split(string(b[:end]), "\r\n")[1:] {
+	lines := strings.Split(string(b[:end]), "\r\n")
+	var hosts []string
+	for _, line := range lines[1:] {
 		k, v, ok := strings.Cut(line, ":")
 		if ok && strings.EqualFold(strings.TrimSpace(k), "host") {
-			h := strings.TrimSpace(v)
-			if host, _, err := net.SplitHostPort(h); err == nil {
-				h = host
-			}
-			return strings.Trim(h, "[]"), true
+			hosts = append(hosts, hostOnly(strings.TrimSpace(v)))
 		}
 	}
-	return "", true
+	if len(hosts) > 1 {
+		return "", true, true
+	}
+	target := ""
+	if f := strings.Fields(lines[0]); len(f) == 3 {
+		switch {
+		case strings.EqualFold(f[0], "CONNECT"):
+			target = hostOnly(f[1])
+		case !strings.HasPrefix(f[1], "/") && f[1] != "*":
+			u, err := url.Parse(f[1])
+			if err != nil || u.Host == "" {
+				return "", true, true
+			}
+			target = hostOnly(u.Host)
+		}
+	}
+	switch {
+	case len(hosts) == 0:
+		return target, true, false
+	case target != "" && !strings.EqualFold(strings.TrimSuffix(target, "."), strings.TrimSuffix(hosts[0], ".")):
+		return "", true, true
+	}
+	return hosts[0], true, false
+}
+
+// hostOnly drops the port and IPv6 brackets of an authority.
+func hostOnly(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		h = host
+	}
+	return strings.Trim(h, "[]")
 }
 
 var errShort = errors.New("short")
 
-// sniName finds the server_name of a TLS ClientHello; done once the first
-// record is complete (or cannot be a handshake).
-func sniName(b []byte) (string, bool) {
-	if len(b) < 5 {
-		return "", false
+// maxRecord is the largest TLS plaintext record.
+const maxRecord = 16 << 10
+
+// sniName finds the server_name of a TLS ClientHello, reassembled from as
+// many handshake records as it spans. done once it is whole (or the
+// connection cannot be TLS: the address rules decide); bad when it is
+// malformed.
+func sniName(b []byte) (name string, done, bad bool) {
+	if len(b) > 0 && b[0] != 0x16 { // not a handshake record
+		return "", true, false
 	}
-	if b[0] != 0x16 { // not a handshake record
-		return "", true
+	var msg []byte
+	for len(b) >= 5 {
+		if b[0] != 0x16 { // another record before the hello is whole
+			return "", true, true
+		}
+		n := int(binary.BigEndian.Uint16(b[3:5]))
+		if n == 0 || n > maxRecord {
+			return "", true, true
+		}
+		if len(b) < 5+n {
+			return "", false, false
+		}
+		msg = append(msg, b[5:5+n]...)
+		b = b[5+n:]
+		if len(msg) < 4 {
+			continue
+		}
+		if msg[0] != 1 { // not a client_hello
+			return "", true, true
+		}
+		if size := 4 + (int(msg[1])<<16 | int(msg[2])<<8 | int(msg[3])); len(msg) >= size {
+			name, err := parseClientHello(msg[:size])
+			return name, true, err != nil
+		}
 	}
-	n := int(binary.BigEndian.Uint16(b[3:5]))
-	if len(b) < 5+n {
-		return "", false
-	}
-	name, _ := parseClientHello(b[5 : 5+n])
-	return name, true
+	return "", false, false
 }
 
 func parseClientHello(b []byte) (string, error) {
