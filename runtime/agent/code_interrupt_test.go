@@ -189,3 +189,19 @@ func TestJupyterInterruptAnyMoment(t *testing.T) {
 		t.Fatalf("idle interrupt: %s, %d ignored", resp.Status, ignored.Load()-before)
 	}
 }
+
+// An interrupt of a new, idle context leaves its driver alive, even one
+// still starting (a SIGINT before its handler is set would end it).
+func TestPythonInterruptIdleContext(t *testing.T) {
+	t.Parallel()
+	a := newPythonAgent(t)
+	for range 5 {
+		id := a.newCodeContext(t)
+		if resp := a.do(t, http.MethodDelete, "/code?id="+id, nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("interrupt: %s", resp.Status)
+		}
+		if evs := a.runCode(t, id, "6 * 7"); !strings.Contains(types(evs), evComplete) {
+			t.Fatalf("after an idle interrupt: %q %+v", types(evs), evs)
+		}
+	}
+}

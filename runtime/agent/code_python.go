@@ -148,7 +148,7 @@ func (k *pythonKernel) execute(code string, handle func(kernelMsg), stop <-chan 
 	// not have set its handler yet, and Python would exit of it.
 	finished := make(chan struct{})
 	defer close(finished)
-	k.slot.watchStop(stop, finished, k.interrupt, false)
+	k.slot.watchStop(stop, finished, k.sigint, false)
 	req, _ := json.Marshal(struct {
 		MsgID string `json:"msg_id"`
 		Code  string `json:"code"`
@@ -166,10 +166,13 @@ func (k *pythonKernel) deadErr() error {
 	return k.why
 }
 
-// interrupt sends SIGINT to the driver's process group, as Jupyter does to
-// a kernel: the cell gets KeyboardInterrupt, its child processes the signal.
-// The driver ignores it between cells.
-func (k *pythonKernel) interrupt() error {
+// interrupt is the interrupt of an idle context: between cells the driver
+// has nothing to stop, and one still starting would die of a SIGINT.
+func (k *pythonKernel) interrupt() error { return nil }
+
+// sigint sends SIGINT to the driver's process group, as Jupyter does to a
+// kernel: the cell gets KeyboardInterrupt, its child processes the signal.
+func (k *pythonKernel) sigint() error {
 	if err := k.proc.signal(syscall.SIGINT); err != nil && !errors.Is(err, errNotRunning) {
 		return err
 	}
