@@ -126,6 +126,11 @@ func (s *Server) proxyFailed(w http.ResponseWriter, r *http.Request, id string, 
 	writeError(w, r, status, code, fmt.Sprintf("%s port %d of sandbox %s: %v", msg, port, id, err))
 }
 
+// MaxHeaderBytes bounds the headers of a request (the server's
+// MaxHeaderBytes; Go's default is 1 MiB): a token holder's requests in
+// flight hold theirs while sandboxd relays them. Past it the answer is 431.
+const MaxHeaderBytes = 64 << 10
+
 // maxHeldBody is the largest execd request body read whole before it is
 // forwarded: JSON requests, commands with their scripts.
 const maxHeldBody = 64 << 10

@@ -37,6 +37,7 @@ type execdBox struct {
 	s       *Server
 	ID      string
 	Headers map[string]string // the endpoint's headers (the access token)
+	deleted bool              // by the test itself
 }
 
 // newExecdBox creates a sandbox, resolves its execd endpoint, and deletes
@@ -45,7 +46,12 @@ func newExecdBox(t *testing.T, s *Server, req map[string]any) *execdBox {
 	t.Helper()
 	var created sandboxJSON
 	s.doJSON(t, http.MethodPost, "/v1/sandboxes", req, http.StatusAccepted, &created)
-	t.Cleanup(func() { execdDelete(t, s, created.ID) })
+	box := &execdBox{s: s, ID: created.ID}
+	t.Cleanup(func() {
+		if !box.deleted {
+			execdDelete(t, s, created.ID)
+		}
+	})
 	var ep struct {
 		Endpoint string            `json:"endpoint"`
 		Headers  map[string]string `json:"headers"`
@@ -57,7 +63,8 @@ func newExecdBox(t *testing.T, s *Server, req map[string]any) *execdBox {
 	if ep.Headers[execdTokenHeader] == "" {
 		t.Fatalf("execd endpoint has no %s header: %v", execdTokenHeader, ep.Headers)
 	}
-	return &execdBox{s: s, ID: created.ID, Headers: ep.Headers}
+	box.Headers = ep.Headers
+	return box
 }
 
 // execdDelete deletes a sandbox at the end of a test, when t.Context() is

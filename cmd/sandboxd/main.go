@@ -199,6 +199,7 @@ func listenAndServe(ctx context.Context, cfg config.Config, mgr *lifecycle.Manag
 		Handler:           handler,
 		ConnState:         ln.ConnState,
 		ReadHeaderTimeout: 30 * time.Second,
+		MaxHeaderBytes:    api.MaxHeaderBytes,
 		IdleTimeout:       cfg.Server.IdleTimeout.Duration,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}

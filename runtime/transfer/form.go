@@ -17,7 +17,7 @@ import (
 // SDKs send each metadata part first.
 const (
 	maxEarlyParts  = 100
-	maxEarlySpool  = 64 << 20
+	maxEarlySpool  = 16 << 20
 	maxMemorySpool = 8 << 20
 )
 
