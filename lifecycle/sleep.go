@@ -228,8 +228,8 @@ func (s *Sleep) wakeNow(id string, sl *sleeper) error {
 	}
 	now := s.now()
 	if _, err := s.store.UpdateSandbox(id, func(r *Record) error {
-		if strings.HasPrefix(r.Asleep, "EXPIRED_") && r.ExpiresAt != nil {
-			at := wireTime(now.Add(s.regrant(r.Sleep)))
+		// A renewal made while it slept may have granted more already.
+		if at := wireTime(now.Add(s.regrant(r.Sleep))); strings.HasPrefix(r.Asleep, "EXPIRED_") && r.ExpiresAt != nil && at.After(*r.ExpiresAt) {
 			r.ExpiresAt = &at
 		}
 		r.Asleep, r.AsleepAt = "", time.Time{}

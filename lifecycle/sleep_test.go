@@ -423,3 +423,31 @@ func TestSleepPolicedRefusesStop(t *testing.T) {
 		}
 	}
 }
+
+// TestSleepRenewWhileExpiredAsleep: a renewal of a sandbox asleep since
+// its expiry stands; the wake does not cut it back to the regrant.
+func TestSleepRenewWhileExpiredAsleep(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.rt.SetAgent(activity(0))
+	sb, cid := e.create(t, sleepRequest(map[string]string{ExtExpireAction: "pause", ExtResumeOn: "off"}))
+	e.clock.Advance(11 * time.Minute)
+	e.m.Expiry.Sweep(ctx)
+	e.wantState(t, sb.ID, cid, runtime.StatePaused, "Paused", reasonExpiredPaused)
+	want := e.clock.Now().Add(2 * time.Hour)
+	if _, err := e.m.Sandboxes.Renew(ctx, sb.ID, want); err != nil {
+		t.Fatal(err)
+	}
+	e.m.Expiry.Sweep(ctx)
+	e.wantState(t, sb.ID, cid, runtime.StatePaused, "Paused", reasonExpiredPaused) // off: a renewal does not wake it
+	if err := e.m.Sandboxes.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.m.Sandboxes.Get(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.State != "Running" || got.ExpiresAt == nil || !got.ExpiresAt.Equal(want) {
+		t.Fatalf("after the resume: %s, expiresAt %v; want Running until %v", got.Status.State, got.ExpiresAt, want)
+	}
+}
