@@ -26,6 +26,7 @@ type Backends struct {
 	Sandboxes   SandboxBackend
 	Diagnostics DiagnosticsBackend
 	Snapshots   SnapshotBackend
+	Forks       ForkBackend
 	Pools       PoolBackend
 	Proxy       ProxyBackend
 	Files       FileBackend

@@ -211,6 +211,6 @@ func backendsOf(m *lifecycle.Manager) Backends {
 	return Backends{
 		Engine: m.Engine(), Life: m, Metrics: m.Metrics(),
 		Sandboxes: m.Sandboxes, Diagnostics: m.Sandboxes, Proxy: m.Sandboxes,
-		Snapshots: m.Snapshots, Pools: m.Pools, Files: m.Files, Egress: m.Egress, Activity: m.Expiry,
+		Snapshots: m.Snapshots, Forks: m.Forks, Pools: m.Pools, Files: m.Files, Egress: m.Egress, Activity: m.Expiry,
 	}
 }

@@ -74,6 +74,7 @@ var kindStatus = map[lifecycle.Kind]int{
 	lifecycle.KindInternal:       http.StatusInternalServerError,
 	lifecycle.KindNotImplemented: http.StatusNotImplemented,
 	lifecycle.KindTooLarge:       http.StatusRequestEntityTooLarge,
+	lifecycle.KindTooMany:        http.StatusTooManyRequests,
 }
 
 // fail writes a lifecycle error; anything else is a logged 500.
@@ -129,6 +130,12 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any, allow
 	if !requireJSON(w, r) {
 		return false
 	}
+	return unmarshalBody(w, buf, v)
+}
+
+// unmarshalBody decodes a JSON body into v; it writes FastAPI's 422 and
+// returns false if the body does not fit v.
+func unmarshalBody(w http.ResponseWriter, buf []byte, v any) bool {
 	if err := json.Unmarshal(buf, v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		var synErr *json.SyntaxError

@@ -45,6 +45,7 @@ type Server struct {
 	sandboxes   SandboxBackend
 	diagnostics DiagnosticsBackend
 	snapshots   SnapshotBackend
+	forks       ForkBackend
 	pools       PoolBackend
 	proxy       ProxyBackend
 	files       FileBackend
@@ -63,7 +64,7 @@ type Server struct {
 func New(cfg config.Config, b Backends, health Health, log *slog.Logger) *Server {
 	s := &Server{
 		cfg: cfg, engine: b.Engine, life: b.Life, metrics: b.Metrics,
-		sandboxes: b.Sandboxes, diagnostics: b.Diagnostics, snapshots: b.Snapshots, pools: b.Pools,
+		sandboxes: b.Sandboxes, diagnostics: b.Diagnostics, snapshots: b.Snapshots, forks: b.Forks, pools: b.Pools,
 		proxy: b.Proxy, files: b.Files, egress: b.Egress, activity: b.Activity,
 		health: health, log: log, router: mux.NewRouter(),
 		inflight: newInflight(cfg.Server.MaxProxyRequestsPerSandbox, cfg.Server.MaxProxyRequestsPerToken),
@@ -111,6 +112,7 @@ func (s *Server) routes() {
 		p("/sandboxes/{id}/diagnostics/logs", s.handleLogs).Methods(http.MethodGet)
 		p("/sandboxes/{id}/diagnostics/events", s.handleEvents).Methods(http.MethodGet)
 		p("/sandboxes/{id}/diagnostics/{what}", s.handleDiagnosticsNotImplemented).Methods(http.MethodGet)
+		s.forkRoutes(p)
 		s.poolRoutes(p)
 		s.templateRoutes(p)
 		s.networkPolicyRoutes(p)

@@ -137,7 +137,8 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 // creates sandboxd's network if that is the one in use, hands the pools
 // their members, removes half-created sandboxes and forgets those whose
 // container is gone, settles interrupted snapshots, restores the egress
-// daemons, then reaps what expired while sandboxd was down. The first
+// daemons, reaps what expired while sandboxd was down, then resumes the
+// fork tasks in progress. The first
 // that succeeds makes the Manager serve.
 func (m *Manager) Reconcile(ctx context.Context) error {
 	if err := m.d.ensureNetwork(ctx); err != nil {
@@ -152,5 +153,6 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	m.d.log.Info("reconciled with the engine", "adopted", adopted)
 	m.Expiry.Sweep(ctx)
 	m.served()
+	m.Forks.Resume() // its steps need a serving Manager
 	return nil
 }

@@ -16,12 +16,15 @@
 //   - Files: which way a sandbox's files move now, and the archive path.
 //   - Sleep: sandboxes asleep (paused or stopped) when idle or expired, and
 //     their wakes.
+//   - Forks: fork tasks, a sandbox's filesystem snapshotted and sandboxes
+//     made from it.
 //
 // The Manager only wires them and orders their life (life.go): start-up,
 // reconcile and shutdown.
 package lifecycle
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -40,6 +43,7 @@ type Manager struct {
 	Snapshots *Snapshots
 	Egress    *Egress
 	Files     *Files
+	Forks     *Forks
 
 	d *deps
 }
@@ -81,10 +85,15 @@ func New(cfg config.Config, rt runtime.Runtime, store Store, log *slog.Logger) (
 	sb.warm = ps
 	sl := &Sleep{deps: d, sandboxes: sb, expiry: ex}
 	sb.sleep, ex.idleSleep, ex.sleepAtExpiry = sl, sl.sweep, sl.atExpiry
+	sn := &Snapshots{deps: d, ready: sb.ready}
 	m := &Manager{
-		Sandboxes: sb, Expiry: ex, Pools: ps, Egress: eg, d: d,
-		Snapshots: &Snapshots{deps: d, ready: sb.ready},
-		Files:     &Files{deps: d, sandboxes: sb},
+		Sandboxes: sb, Expiry: ex, Pools: ps, Egress: eg, d: d, Snapshots: sn,
+		Files: &Files{deps: d, sandboxes: sb},
+		Forks: &Forks{
+			deps: d, source: sb.ready, create: sb.Create, remove: sb.Delete,
+			validate: func(ctx context.Context, req CreateRequest) error { _, err := sb.plan(ctx, req); return err },
+			take:     sn.take, dropSnapshot: sn.DeleteSnapshot,
+		},
 	}
 	if err := ps.initPools(); err != nil {
 		return nil, err

@@ -171,7 +171,10 @@ func (s *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 	if p.volumes, err = s.prepareVolumes(ctx, req.Volumes); err != nil {
 		return nil, err
 	}
-	id, now := newID(), wireTime(s.now())
+	id, now := req.id, wireTime(s.now())
+	if id == "" {
+		id = newID()
+	}
 	p.rec = Record{
 		ID: id, State: recordCreating, CreatedAt: now, Metadata: req.Metadata,
 		SnapshotID: req.SnapshotID, Platform: platform,
@@ -242,7 +245,7 @@ func (s *Sandboxes) source(req *CreateRequest, p *createPlan) (string, error) {
 		return "", errf(KindConflict, CodeSnapshotRestore, "snapshot %s has no image", snap.ID)
 	}
 	if len(req.Entrypoint) == 0 {
-		req.Entrypoint = []string{"tail", "-f", "/dev/null"}
+		req.Entrypoint = slices.Clone(restoreEntrypoint)
 	}
 	return snap.Image, nil
 }

@@ -38,7 +38,7 @@ func (sn *Snapshots) CreateSnapshot(ctx context.Context, sandboxID, name string)
 	if err != nil {
 		return nil, err
 	}
-	snap, cid, err := sn.recordSnapshot(ctx, sandboxID, name)
+	snap, cid, err := sn.recordSnapshot(ctx, sandboxID, newID(), name)
 	if err != nil {
 		done()
 		return nil, err
@@ -47,16 +47,36 @@ func (sn *Snapshots) CreateSnapshot(ctx context.Context, sandboxID, name string)
 		defer done() // Shutdown waits for the commit
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
-		err := images.Commit(cctx, cid, snap.Image)
-		sn.settleSnapshot(snap.ID, err, "snapshot_runtime")
+		sn.commit(cctx, images, snap, cid)
 	}()
 	sn.log.InfoContext(ctx, "snapshot started", "sandbox_id", sandboxID, "snapshot_id", snap.ID)
 	return snapshotView(snap), nil
 }
 
-// recordSnapshot records a snapshot of a running sandbox as being created;
-// it returns the record and the sandbox's container.
-func (sn *Snapshots) recordSnapshot(ctx context.Context, sandboxID, name string) (*SnapshotRecord, string, error) {
+// take snapshots a running sandbox as snapshot id and returns once the
+// snapshot is Ready, or with why it is not (a fork's first step).
+func (sn *Snapshots) take(ctx context.Context, sandboxID, id string) error {
+	images := sn.rt.Features().Images
+	if images == nil {
+		return errf(KindNotImplemented, CodeSnapshotNotImpl, "snapshots are not supported when runtime.type='%s'", sn.rt.Name())
+	}
+	snap, cid, err := sn.recordSnapshot(ctx, sandboxID, id, "")
+	if err != nil {
+		return err
+	}
+	return sn.commit(ctx, images, snap, cid)
+}
+
+// commit writes a recorded snapshot's image and settles its record.
+func (sn *Snapshots) commit(ctx context.Context, images runtime.Images, snap *SnapshotRecord, cid string) error {
+	err := images.Commit(ctx, cid, snap.Image)
+	sn.settleSnapshot(snap.ID, err, "snapshot_runtime")
+	return err
+}
+
+// recordSnapshot records snapshot id of a running sandbox as being
+// created; it returns the record and the sandbox's container.
+func (sn *Snapshots) recordSnapshot(ctx context.Context, sandboxID, id, name string) (*SnapshotRecord, string, error) {
 	rec, c, err := sn.ready(ctx, sandboxID)
 	if err != nil {
 		return nil, "", err
@@ -66,7 +86,7 @@ func (sn *Snapshots) recordSnapshot(ctx context.Context, sandboxID, name string)
 	}
 	now := wireTime(sn.now())
 	snap := &SnapshotRecord{
-		ID: newID(), SandboxID: sandboxID, Name: name, State: snapshotCreating,
+		ID: id, SandboxID: sandboxID, Name: name, State: snapshotCreating,
 		Reason: "snapshot_accepted", Message: "Snapshot is being created.",
 		CreatedAt: now, UpdatedAt: now,
 	}

@@ -40,6 +40,11 @@ type Store interface {
 	UpdateSnapshot(id string, fn func(*SnapshotRecord) error) (*SnapshotRecord, error)
 	DeleteSnapshot(id string) error
 
+	PutFork(r *ForkRecord) error
+	Fork(id string) (*ForkRecord, error)
+	Forks() ([]*ForkRecord, error)
+	UpdateFork(id string, fn func(*ForkRecord) error) (*ForkRecord, error)
+
 	Close() error
 }
 
@@ -54,6 +59,7 @@ var _ Store = (*BoltStore)(nil)
 var (
 	bucketSandboxes = []byte("sandboxes")
 	bucketSnapshots = []byte("snapshots")
+	bucketForks     = []byte("forks")
 	bucketMeta      = []byte("meta")
 )
 
@@ -136,7 +142,7 @@ func openStore(dir string, lockTimeout time.Duration) (*BoltStore, error) {
 		return nil, fmt.Errorf("open store %s (is another sandboxd using this state dir?): %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketSnapshots, bucketMeta} {
+		for _, b := range [][]byte{bucketSandboxes, bucketSnapshots, bucketForks, bucketMeta} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -21,6 +21,7 @@ const (
 	KindNotImplemented             // 501
 	KindUnprocessable              // 422 (schema-level problems, as FastAPI reports them)
 	KindTooLarge                   // 413
+	KindTooMany                    // 429 (a cap on work in progress)
 )
 
 // Error is a domain error with upstream's namespaced code.
@@ -189,6 +190,10 @@ type CreateRequest struct {
 	// neither of which sandboxd has; see checkUpstreamOnly.
 	TemplateID      string           `json:"templateId"`
 	CredentialProxy *CredentialProxy `json:"credentialProxy"`
+
+	// id is the sandbox's id when chosen before the create (a fork's
+	// targets); empty, a new one.
+	id string
 }
 
 // CredentialProxy is upstream's credentialProxy of a create request.

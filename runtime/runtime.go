@@ -520,6 +520,11 @@ type Container struct {
 	// FinishedAt is when the main process last ended (zero if never).
 	FinishedAt time.Time
 	Error      string // the engine's reason for a failed start, if any
+	// Limits (CPU and memory) and Mounts (the paths where the create's
+	// volumes are mounted, not the runtime's own) are known from Inspect
+	// only.
+	Limits Resources
+	Mounts []string
 }
 
 // PathStat describes a path inside a sandbox.

@@ -191,7 +191,7 @@ func listenAndServe(ctx context.Context, cfg config.Config, mgr *lifecycle.Manag
 	handler := api.New(cfg, api.Backends{
 		Engine: mgr.Engine(), Life: mgr, Metrics: mgr.Metrics(),
 		Sandboxes: mgr.Sandboxes, Diagnostics: mgr.Sandboxes, Proxy: mgr.Sandboxes,
-		Snapshots: mgr.Snapshots, Pools: mgr.Pools, Files: mgr.Files, Egress: mgr.Egress, Activity: mgr.Expiry,
+		Snapshots: mgr.Snapshots, Forks: mgr.Forks, Pools: mgr.Pools, Files: mgr.Files, Egress: mgr.Egress, Activity: mgr.Expiry,
 	}, rt, log)
 	handler.SetBuild(api.Build{Version: ver, Commit: commit})
 	ln := api.NewConnLimiter(tcp, func() int { return maxConnections(cfg.Server.MaxConnections, fileLimit()) }, log)

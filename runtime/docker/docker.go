@@ -398,6 +398,14 @@ func (d *Docker) Inspect(ctx context.Context, id string) (runtime.Container, err
 		c.Labels = info.Config.Labels
 		c.Cmd = append(append([]string{}, info.Config.Entrypoint...), info.Config.Cmd...)
 	}
+	if hc := info.HostConfig; hc != nil {
+		c.Limits = runtime.Resources{NanoCPUs: hc.NanoCPUs, MemoryBytes: hc.Memory}
+	}
+	for _, m := range info.Mounts {
+		if m.Destination != AgentDir {
+			c.Mounts = append(c.Mounts, m.Destination)
+		}
+	}
 	c.Created, _ = time.Parse(time.RFC3339Nano, info.Created)
 	if st := info.State; st != nil {
 		c.State = state(st.Status)
