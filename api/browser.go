@@ -86,12 +86,13 @@ const proxiedPagePolicy = "sandbox allow-scripts allow-forms allow-popups allow-
 
 // makeInert sets the headers of an answer that comes from a sandbox (its
 // servers, its agent, files read out of it; a replaced agent serves what
-// it likes): proxiedPagePolicy after the sandbox's own policies (a browser
-// takes the last sandbox directive, so the sandbox cannot lift it with an
-// allow-same-origin of its own), no MIME sniffing, and nothing that would
-// act on the console's origin or the operator's other local servers
-// (cookies are per host, not per port): no Set-Cookie (the proxy strips
-// Cookie, so no app behind it can use one anyway), no Clear-Site-Data.
+// it likes): proxiedPagePolicy after the sandbox's own policies (CSP takes
+// the last sandbox directive, Chromium the most restrictive: either way an
+// allow-same-origin of the sandbox's cannot lift it), no MIME sniffing,
+// and nothing that would act on the console's origin or the operator's
+// other local servers (cookies are per host, not per port): no Set-Cookie
+// (the proxy strips Cookie, so no app behind it can use one anyway), no
+// Clear-Site-Data.
 func makeInert(h http.Header) {
 	h.Add("Content-Security-Policy", proxiedPagePolicy)
 	h.Set("X-Content-Type-Options", "nosniff")

@@ -17,18 +17,16 @@ import (
 // consoleWait guards the browser run against hangs.
 const consoleWait = 10 * time.Minute
 
-// TestConsoleBrowser drives the web console in Debian's chromium with
-// playwright-core (e2e/console/console.test.mjs) against a real sandboxd:
-// sign in (a wrong key refused), see a sandbox appear, run a command and see
-// its output stream, upload and preview files, kill the sandbox. Screenshots
-// of every page go to $SANDBOXD_ARTIFACTS/console, else to a kept temporary
-// directory named in the log.
-func TestConsoleBrowser(t *testing.T) {
-	browser := os.Getenv("CHROMIUM")
+// consoleBrowser returns Debian's chromium and the directory of the browser
+// scripts (with playwright-core installed), or skips the test (fails it
+// under CI or SANDBOXD_E2E_REQUIRE_BROWSER) when either is missing.
+func consoleBrowser(t *testing.T) (browser, dir string) {
+	t.Helper()
+	browser = os.Getenv("CHROMIUM")
 	if browser == "" {
 		browser = "/usr/bin/chromium"
 	}
-	dir := filepath.Join(repoRoot(), "e2e", "console")
+	dir = filepath.Join(repoRoot(), "e2e", "console")
 	missing := ""
 	if _, err := os.Stat(browser); err != nil {
 		missing = "chromium is not installed at " + browser + " (apt-get install chromium)"
@@ -42,7 +40,17 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 		t.Skipf("SKIP: %s; e2e/setup.sh installs both (under e2e/run.sh or CI this test fails instead)", missing)
 	}
+	return browser, dir
+}
 
+// TestConsoleBrowser drives the web console in Debian's chromium with
+// playwright-core (e2e/console/console.test.mjs) against a real sandboxd:
+// sign in (a wrong key refused), see a sandbox appear, run a command and see
+// its output stream, upload and preview files, kill the sandbox. Screenshots
+// of every page go to $SANDBOXD_ARTIFACTS/console, else to a kept temporary
+// directory named in the log.
+func TestConsoleBrowser(t *testing.T) {
+	browser, dir := consoleBrowser(t)
 	shots := os.Getenv("SANDBOXD_ARTIFACTS")
 	if shots != "" {
 		shots = filepath.Join(shots, "console")
