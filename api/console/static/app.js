@@ -11,6 +11,9 @@
 
 const KEY_STORAGE = 'sandboxd.apiKey';
 const EXECD_PORT = 44772;
+// SANDBOX_ID is the form of the ids sandboxd gives (UUIDs): a word no shell
+// splits, expands or reads as an option.
+const SANDBOX_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const CHART_SECONDS = 300;
 const STATES = ['Pending', 'Running', 'Paused', 'Failed', 'Terminated'];
 
@@ -461,14 +464,24 @@ function overviewTab(id, body, ac, seen) {
   const cpu = chart('CPU', '%', 1);
   const mem = chart('Memory', 'MiB', 1);
   const note = h('p', { class: 'muted small' }, 'Watching resource use keeps the sandbox active (it counts as use for idle expiry).');
-  const cmd = `sandboxd shell ${id}`;
-  const code = h('code', { id: 'shell-line' }, cmd);
-  const copy = h('button', { class: 'ghost small', type: 'button', onclick: async () => {
-    try { await navigator.clipboard.writeText(cmd); copy.textContent = 'Copied'; } catch {
-      const r = document.createRange(); r.selectNodeContents(code);
-      const sel = getSelection(); sel.removeAllRanges(); sel.addRange(r);
-    }
-  } }, 'Copy');
+  // The shell line appears only once the API has returned this sandbox, and
+  // only for an id of SANDBOX_ID's form: the id in the URL is whatever a
+  // link said, and the line is meant to be pasted into a shell.
+  const shell = h('div', { class: 'shellline' }, h('span', { class: 'muted' }, 'Waiting for the sandbox…'));
+  let shellShown = false;
+  const showShell = (sb) => {
+    if (shellShown || sb.id !== id || !SANDBOX_ID.test(id)) return;
+    shellShown = true;
+    const cmd = `sandboxd shell ${id}`;
+    const code = h('code', { id: 'shell-line' }, cmd);
+    const copy = h('button', { class: 'ghost small', type: 'button', onclick: async () => {
+      try { await navigator.clipboard.writeText(cmd); copy.textContent = 'Copied'; } catch {
+        const r = document.createRange(); r.selectNodeContents(code);
+        const sel = getSelection(); sel.removeAllRanges(); sel.addRange(r);
+      }
+    } }, 'Copy');
+    shell.replaceChildren(code, copy);
+  };
   body.append(
     h('div', { class: 'grid2' },
       h('div', { class: 'card' }, h('h2', {}, 'Details'), info),
@@ -477,7 +490,7 @@ function overviewTab(id, body, ac, seen) {
     note,
     h('div', { class: 'card' }, h('h2', {}, 'Terminal'),
       h('p', { class: 'muted' }, 'For an interactive shell, run in a terminal (server and key from OPEN_SANDBOX_DOMAIN / OPEN_SANDBOX_API_KEY or the config file):'),
-      h('div', { class: 'shellline' }, code, copy)));
+      shell));
 
   watchMetrics(id, ac, (m) => {
     cpu.add(m.timestamp, m.cpu_used_pct, m.cpu_count ? ` of ${m.cpu_count} CPU` : '');
@@ -485,6 +498,7 @@ function overviewTab(id, body, ac, seen) {
   });
 
   return (sb) => {
+    showShell(sb);
     const rows = [
       ['State', `${sb.status.state}${sb.status.reason ? ' · ' + sb.status.reason : ''}`],
       ['Message', sb.status.message || '—'],
