@@ -46,9 +46,6 @@ func TestSecurityEgressCredential(t *testing.T) {
 	s.doJSON(t, http.MethodGet, sandboxPath(sb.ID, "/endpoints/44772"), nil, http.StatusOK, &execd)
 	s.doJSON(t, http.MethodGet, sandboxPath(sb.ID, "/endpoints/18080"), nil, http.StatusOK, &eg)
 	token, egressTok := execd.Headers[execdTokenHeader], eg.Headers[egressAuthHeader]
-	if token == "" || egressTok == "" || egressTok == token || len(eg.Headers) != 1 {
-		t.Fatalf("endpoint headers: 44772 %v, 18080 %v; want the execd token and a distinct egress token only", execd.Headers, eg.Headers)
-	}
 	p := egressPath(sb.ID, "/policy")
 	for _, c := range []struct {
 		method string
@@ -67,6 +64,9 @@ func TestSecurityEgressCredential(t *testing.T) {
 	}
 	if mode, pol := egressPolicyOf(t, s, sb.ID); mode != "deny_all" || pol.DefaultAction != "deny" || len(pol.Egress) != 0 {
 		t.Fatalf("after the refused writes the policy is %s %+v, want deny-all", mode, pol)
+	}
+	if token == "" || egressTok == "" || egressTok == token || len(eg.Headers) != 1 {
+		t.Fatalf("endpoint headers: 44772 %v, 18080 %v; want the execd token and a distinct egress token only", execd.Headers, eg.Headers)
 	}
 	// The execd token still opens the execd API.
 	if status, _, body := s.do(t, http.MethodGet, proxyPath(sb.ID, "/ping"), nil, map[string]string{apiKeyHeader: "", execdTokenHeader: token}); status != http.StatusOK {
