@@ -289,12 +289,21 @@ func (s *server) spawn(spec execSpec, combined bool) (p *process, outR, errR *os
 // terminator stripped, which clients joining them with "\n" (the Deep
 // Agents backend on the 0.1 SDKs) rely on.
 func keepsLineEndings(r *http.Request) bool {
-	ua := strings.ToLower(r.UserAgent())
-	i := strings.Index(ua, "-sdk/")
-	if i < 0 || !strings.HasPrefix(ua, "opensandbox-") {
+	// Case-insensitive, as upstream parses it, without allocating: this is
+	// on every command's path.
+	const prefix, marker = "opensandbox-", "-sdk/"
+	ua := r.UserAgent()
+	if len(ua) < len(prefix) || !strings.EqualFold(ua[:len(prefix)], prefix) {
 		return false
 	}
-	major, rest, _ := strings.Cut(ua[i+len("-sdk/"):], ".")
+	i := len(prefix)
+	for i+len(marker) <= len(ua) && !strings.EqualFold(ua[i:i+len(marker)], marker) {
+		i++
+	}
+	if i+len(marker) > len(ua) {
+		return false
+	}
+	major, rest, _ := strings.Cut(ua[i+len(marker):], ".")
 	minor := strings.TrimLeft(rest, "0123456789")
 	minor = rest[:len(rest)-len(minor)]
 	ma, err1 := strconv.Atoi(major)
