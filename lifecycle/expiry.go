@@ -227,7 +227,9 @@ func (x *Expiry) Sweep(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-	x.idleSleep(ctx, recs)
+	if x.idleSleep != nil {
+		x.idleSleep(ctx, recs)
+	}
 	x.sweepUnfinished(ctx, recs)
 	if x.afterSweep != nil {
 		x.afterSweep(ctx)
@@ -283,7 +285,7 @@ func (x *Expiry) reap(ctx context.Context, rec *Record) {
 			return
 		}
 	}
-	if x.sleepAtExpiry(ctx, rec, e) {
+	if x.sleepAtExpiry != nil && x.sleepAtExpiry(ctx, rec, e) {
 		return
 	}
 	reason := "expired"
