@@ -90,7 +90,11 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatal("the browser test named no sandbox")
 	}
 	assertGone(t, s, string(m[1]))
-	for _, name := range []string{"1-sign-in", "3-sandboxes", "4-sandbox", "5-commands", "6-files", "7-logs", "9-after-kill"} {
+	// The browser forked the sandbox: its snapshot stays (a public one).
+	for _, snap := range decodeJSON[lcSnapshotList](t, getBody(t, s, "/v1/snapshots?sandboxId="+string(m[1]))).Items {
+		removeImageAtEnd(t, "opensandbox-snapshots:"+snap.ID)
+	}
+	for _, name := range []string{"1-sign-in", "3-sandboxes", "4-sandbox", "5-commands", "6-files", "7-logs", "8-forks", "10-after-kill"} {
 		if fi, err := os.Stat(filepath.Join(shots, name+".png")); err != nil || fi.Size() == 0 {
 			t.Errorf("screenshot %s: %v", name, err)
 		}

@@ -231,6 +231,30 @@ try {
   await page.waitForSelector('button[data-action="pause"]', WAIT);
   assert.equal((await api(`/v1/sandboxes/${sandboxId}`)).status.state, 'Running');
 
+  step('forks: the source lists its fork, the fork names its source');
+  const fork = await page.evaluate(async ({ sandboxId, key }) => {
+    const res = await fetch(`/v1/sandboxes/${sandboxId}/fork`, {
+      method: 'POST', body: JSON.stringify({ timeout: 600 }),
+      headers: { 'OPEN-SANDBOX-API-KEY': key, 'Content-Type': 'application/json' },
+    });
+    return res.json();
+  }, { sandboxId, key });
+  let forked;
+  await until('the fork to succeed', async () => {
+    forked = await api(`/v1/forks/${fork.id}`);
+    return forked.status.state === 'Succeeded';
+  });
+  const target = forked.sandboxIds[0];
+  await page.waitForSelector(`#forks li[data-fork="${fork.id}"] a[href="#/sandbox/${target}/overview"]`, WAIT);
+  assert.match(await page.textContent(`#forks li[data-fork="${fork.id}"]`), /Fork into 1\s*Succeeded/);
+  await shot('8-forks');
+  await page.click(`#forks a[href="#/sandbox/${target}/overview"]`);
+  await page.waitForSelector(`#forks li[data-fork="${fork.id}"] a[href="#/sandbox/${sandboxId}/overview"]`, WAIT);
+  assert.match(await page.textContent(`#forks li[data-fork="${fork.id}"]`), /Forked from/);
+  await page.evaluate(async ({ target, key }) => fetch(`/v1/sandboxes/${target}`, { method: 'DELETE', headers: { 'OPEN-SANDBOX-API-KEY': key } }), { target, key });
+  await page.goto(`${base}/console/#/sandbox/${sandboxId}/overview`);
+  await page.waitForSelector('button[data-action="kill"]', WAIT);
+
   step('kill, after confirming');
   await page.waitForSelector('button[data-action="kill"]', WAIT);
   await page.click('button[data-action="kill"]');
@@ -240,11 +264,11 @@ try {
   assert.equal(await page.$('dialog[open]'), null);
   await page.click('button[data-action="kill"]');
   await page.waitForSelector('dialog[open]', WAIT);
-  await shot('8-kill-confirm');
+  await shot('9-kill-confirm');
   await page.click('#dialog-ok');
   await page.waitForSelector('#sandboxes', WAIT);
   await page.waitForFunction((sel) => !document.querySelector(sel), row, WAIT);
-  await shot('9-after-kill');
+  await shot('10-after-kill');
 
   step('sign out forgets the key');
   await page.click('#signout');

@@ -460,6 +460,8 @@ function statusHistory(id) {
 
 function overviewTab(id, body, ac, seen) {
   const info = h('dl', { class: 'info' });
+  const forks = h('div', { id: 'forks' });
+  const forksCard = h('div', { class: 'card' }, h('h2', {}, 'Forks'), forks);
   const hist = h('ol', { class: 'history' });
   const cpu = chart('CPU', '%', 1);
   const mem = chart('Memory', 'MiB', 1);
@@ -488,6 +490,7 @@ function overviewTab(id, body, ac, seen) {
       h('div', { class: 'card' }, h('h2', {}, 'Status history'), hist)),
     h('div', { class: 'grid2' }, cpu.el, mem.el),
     note,
+    forksCard,
     h('div', { class: 'card' }, h('h2', {}, 'Terminal'),
       h('p', { class: 'muted' }, 'For an interactive shell, run in a terminal (server and key from OPEN_SANDBOX_DOMAIN / OPEN_SANDBOX_API_KEY or the config file):'),
       shell));
@@ -511,7 +514,32 @@ function overviewTab(id, body, ac, seen) {
     info.replaceChildren(...rows.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
     hist.replaceChildren(...seen.list().slice().reverse().map((e) =>
       h('li', {}, badge(e.state), ' ', h('span', { class: 'muted small' }, `${e.reason} · ${localTime(e.at)}`))));
+    showForks(id, forks, ac);
   };
+}
+
+// showForks lists the fork tasks a sandbox is the source or a target of:
+// where it came from, and the sandboxes forked from it.
+async function showForks(id, el, ac) {
+  let list;
+  try {
+    list = await getJSON(`/v1/forks?sandboxId=${enc(id)}&pageSize=50`, { signal: ac.signal });
+  } catch (e) {
+    if (e.name !== 'AbortError') el.replaceChildren(h('p', { class: 'muted' }, `Forks unavailable: ${e.message}`));
+    return;
+  }
+  const link = (sid) => h('a', { class: 'mono', href: `#/sandbox/${enc(sid)}/overview` }, sid);
+  const rows = list.items.map((f) => {
+    const from = f.sourceSandboxId !== id;
+    return h('li', { 'data-fork': f.id },
+      from ? ['Forked from ', link(f.sourceSandboxId)] : [`Fork into ${f.count}`],
+      ' ', badge(f.status.state),
+      f.status.reason ? h('span', { class: 'muted small' }, ` ${f.status.reason}`) : null,
+      !from && (f.sandboxIds || []).length ? [' → ', ...f.sandboxIds.flatMap((s, i) => (i ? [', ', link(s)] : [link(s)]))] : null,
+      h('span', { class: 'muted small' }, ` · task ${f.id} · ${localTime(f.createdAt)}`));
+  });
+  el.replaceChildren(rows.length ? h('ul', { class: 'forks' }, rows)
+    : h('p', { class: 'muted' }, 'No forks. From a terminal: sandboxd fork -n N ID'));
 }
 
 // watchMetrics reads execd's /metrics/watch (one JSON object per line each

@@ -1,5 +1,5 @@
 // Package cli is sandboxd's command-line client: ls, create, exec, shell,
-// cp, logs, renew, pause, resume and kill against a running sandboxd,
+// cp, logs, renew, pause, resume, kill and fork against a running sandboxd,
 // through the same HTTP API the SDKs use.
 //
 // It finds the server and the key like the SDKs: OPEN_SANDBOX_DOMAIN and
@@ -37,11 +37,12 @@ var commands = map[string]*command{
 	"pause":  {"pause ID...", "pause sandboxes", runPause},
 	"resume": {"resume ID...", "resume sandboxes", runResume},
 	"kill":   {"kill ID...", "delete sandboxes", runKill},
+	"fork":   {"fork [-n N] [--timeout 10m] [--key K] ID", "fork a running sandbox into N new ones (its files, not its processes) and print their ids", runFork},
 }
 
 // Names lists the client's subcommands, for the server's usage message.
 func Names() []string {
-	return []string{"ls", "create", "exec", "shell", "cp", "logs", "renew", "pause", "resume", "kill"}
+	return []string{"ls", "create", "exec", "shell", "cp", "logs", "renew", "pause", "resume", "kill", "fork"}
 }
 
 // Run runs subcommand name if it is one of the client's, and reports

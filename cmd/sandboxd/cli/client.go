@@ -148,6 +148,11 @@ func (e *apiError) Error() string {
 // do sends a request with the key; body is JSON unless it is an
 // io.Reader (then ctype names it). A non-2xx answer is an *apiError.
 func (c *client) do(ctx context.Context, method, path string, q url.Values, body any, ctype string) (*http.Response, error) {
+	return c.send(ctx, method, path, q, body, ctype, nil)
+}
+
+// send is do with more request headers.
+func (c *client) send(ctx context.Context, method, path string, q url.Values, body any, ctype string, hdr http.Header) (*http.Response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -163,6 +168,9 @@ func (c *client) do(ctx context.Context, method, path string, q url.Values, body
 	req, err := http.NewRequestWithContext(ctx, method, c.url(path, q), rd)
 	if err != nil {
 		return nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	req.Header.Set(headerAPIKey, c.key)
 	if ctype != "" {
