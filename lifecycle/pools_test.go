@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -479,4 +480,30 @@ func TestRunPools(t *testing.T) {
 	}
 	cancel()
 	<-stopped
+}
+
+// A pool created while another request changes it: CreatePool reads what
+// it logs before the pool is shared, so the race detector (go test -race,
+// a CI stage) finds no read of the pool outside Pools.mu.
+func TestCreatePoolWhileUpdated(t *testing.T) {
+	e := poolEnv(t)
+	ctx := context.Background()
+	for i := range 20 {
+		name := fmt.Sprintf("p%d", i)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				_, err := e.m.Pools.UpdatePool(ctx, name, PoolUpdate{Capacity: PoolCapacity{BufferMax: 0, PoolMax: 1}, SetPolicy: true})
+				if err == nil {
+					return
+				}
+				wantCode(t, err, KindNotFound, CodePoolNotFound)
+			}
+		}()
+		if _, err := e.m.Pools.CreatePool(ctx, name, PoolSpec{Image: "busybox:latest"}, PoolCapacity{BufferMax: 1, PoolMax: 1}); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+	}
 }
