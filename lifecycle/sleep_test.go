@@ -451,3 +451,44 @@ func TestSleepRenewWhileExpiredAsleep(t *testing.T) {
 		t.Fatalf("after the resume: %s, expiresAt %v; want Running until %v", got.Status.State, got.ExpiresAt, want)
 	}
 }
+
+// TestSleepResumeWait: a call waits for a slow wake up to the policy's
+// resume wait, then gets 503 SANDBOX::RESUMING with Retry-After while the
+// wake goes on; a later call finds the sandbox awake.
+func TestSleepResumeWait(t *testing.T) {
+	ctx := context.Background()
+	e := sleepEnv(t)
+	sb, cid := e.create(t, sleepRequest(map[string]string{ExtSleepAfterIdle: "30", ExtResumeWait: "1"}))
+	e.clock.Advance(time.Minute)
+	e.m.Expiry.Sweep(ctx)
+	release := make(chan struct{})
+	e.rt.Hook("Unpause", func(context.Context, string) error { <-release; return nil })
+	_, err := e.m.Sandboxes.Transport(ctx, sb.ID)
+	wantCode(t, err, KindUnavailable, CodeSandboxResuming)
+	if er, _ := AsError(err); er.RetryAfter != time.Second {
+		t.Fatalf("RetryAfter = %v, want 1s", er.RetryAfter)
+	}
+	if got, err := e.m.Sandboxes.Get(ctx, sb.ID); err != nil || got.Status.State != "Resuming" || got.Status.Reason != reasonResuming {
+		t.Fatalf("during the wake: %+v, %v; want Resuming", got, err)
+	}
+	close(release)
+	if _, err := e.m.Sandboxes.Transport(ctx, sb.ID); err != nil {
+		t.Fatalf("after the wake: %v", err)
+	}
+	e.wantState(t, sb.ID, cid, runtime.StateRunning, "Running", "CONTAINER_RUNNING")
+}
+
+// TestSleepServerDefault: [lifecycle] sleep_after_idle and sleep_action
+// apply to a sandbox that sets no threshold.
+func TestSleepServerDefault(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, func(c *config.Config) {
+		c.Lifecycle.SleepAfterIdle = config.Duration{Duration: time.Minute}
+		c.Lifecycle.SleepAction = "stop"
+	})
+	e.rt.SetAgent(activity(0))
+	sb, cid := e.create(t, validRequest())
+	e.clock.Advance(61 * time.Second)
+	e.m.Expiry.Sweep(ctx)
+	e.wantState(t, sb.ID, cid, runtime.StateExited, "Paused", reasonIdleStopped)
+}
