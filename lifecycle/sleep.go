@@ -148,6 +148,13 @@ func (s *Sleep) forget(id string) { s.sleepers.Delete(id) }
 // waits for it up to the policy's resume wait. Cheap for a sandbox awake.
 func (s *Sleep) wake(ctx context.Context, id string, cause wakeCause) error {
 	v, ok := s.sleepers.Load(id)
+	if !ok && cause == wakeByResume {
+		// An explicit resume may come before any sweep of this process
+		// learnt of the sleep from the record.
+		if rec, err := s.record(id); err == nil && rec.Sleep != nil {
+			v, ok = s.sleeper(rec), true
+		}
+	}
 	if !ok {
 		return nil
 	}

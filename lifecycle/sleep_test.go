@@ -492,3 +492,24 @@ func TestSleepServerDefault(t *testing.T) {
 	e.m.Expiry.Sweep(ctx)
 	e.wantState(t, sb.ID, cid, runtime.StateExited, "Paused", reasonIdleStopped)
 }
+
+// TestSleepResumeBeforeSweep: POST /resume wakes a sandbox recorded
+// asleep even before a sweep of this process learnt of it.
+func TestSleepResumeBeforeSweep(t *testing.T) {
+	ctx := context.Background()
+	e := sleepEnv(t)
+	sb, cid := e.create(t, sleepRequest(map[string]string{ExtSleepAfterIdle: "30", ExtIdleAction: "stop"}))
+	e.clock.Advance(time.Minute)
+	e.m.Expiry.Sweep(ctx)
+	m, err := New(e.cfg, e.rt, e.store, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.d.now = e.clock.Now
+	m.served() // serving without the reconcile's sweep
+	e.m = m
+	if err := e.m.Sandboxes.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.wantState(t, sb.ID, cid, runtime.StateRunning, "Running", "CONTAINER_RUNNING")
+}
