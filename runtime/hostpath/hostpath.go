@@ -102,17 +102,18 @@ func (ps *Prefixes) Check(p string, forbidden []string) (runtime.Mount, error) {
 	refuse := func(notAllowed bool, format string, args ...any) (runtime.Mount, error) {
 		return runtime.Mount{}, &runtime.HostPathError{NotAllowed: notAllowed, Reason: fmt.Sprintf(format, args...)}
 	}
-	i := slices.IndexFunc(ps.list, func(a prefix) bool { return Within(p, a.path) })
+	// The closest prefix that was there at start.
+	i := slices.IndexFunc(ps.list, func(a prefix) bool { return a.dir != nil && Within(p, a.path) })
 	if i < 0 {
+		if j := slices.IndexFunc(ps.list, func(a prefix) bool { return Within(p, a.path) }); j >= 0 {
+			return refuse(true, "host path %q refused: the allowed prefix %s did not exist when sandboxd started (create it and restart sandboxd)", p, ps.list[j].path)
+		}
 		if len(ps.list) == 0 {
 			return refuse(true, "host path %q refused: host mounts are disabled; list allowed prefixes in [storage] allowed_host_paths", p)
 		}
 		return refuse(true, "host path %q is not under [storage] allowed_host_paths %v", p, ps.paths())
 	}
 	a := ps.list[i]
-	if a.dir == nil {
-		return refuse(true, "host path %q refused: the allowed prefix %s did not exist when sandboxd started (create it and restart sandboxd)", p, a.path)
-	}
 	rel, _ := filepath.Rel(a.path, p)
 	source := filepath.Join(a.real, rel)
 	for _, f := range slices.Concat(never, forbidden) {

@@ -122,7 +122,7 @@ func TestCheck(t *testing.T) {
 	must(os.Symlink(filepath.Join(allowed, "dir"), filepath.Join(allowed, "in")))
 	// An operator's symlink outside every prefix, listed as a prefix.
 	must(os.Symlink(other, filepath.Join(root, "alias")))
-	ps, err := Open([]string{allowed, filepath.Join(root, "alias"), filepath.Join(root, "missing")})
+	ps, err := Open([]string{allowed, filepath.Join(root, "alias"), filepath.Join(root, "missing"), filepath.Join(allowed, "later")})
 	must(err)
 	defer ps.Close()
 	tests := []struct {
@@ -140,6 +140,8 @@ func TestCheck(t *testing.T) {
 		{p: filepath.Join(allowed, "in"), notAllowed: true},
 		{p: filepath.Join(allowed, "file", "x")},
 		{p: filepath.Join(root, "missing", "x"), notAllowed: true},
+		// A nested prefix missing at start leaves its outer prefix to judge.
+		{p: filepath.Join(allowed, "later", "x"), source: filepath.Join(allowed, "later", "x")},
 		{p: outside, notAllowed: true},
 		{p: allowed + "2", notAllowed: true},
 		{p: other, notAllowed: true},
