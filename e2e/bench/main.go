@@ -21,7 +21,10 @@
 //     sandbox, and a new context's first run against a bare Jupyter session
 //     create (or `python3 -c pass`);
 //   - with -only-sleep, the first command's answer after an idle pause and
-//     after an idle stop, and the memory a sandbox holds asleep (sleep.go).
+//     after an idle stop, and the memory a sandbox holds asleep (sleep.go);
+//   - with -only-forks, fork-to-ready of 1 and 5 forks of a sandbox with
+//     100 MiB written next to a plain create, and how long each fork
+//     pauses the source (forks.go).
 //
 // Usage:
 //
@@ -30,6 +33,7 @@
 //	go run ./e2e/bench -start /tmp/sandboxd -short        (small counts, for CI)
 //	go run ./e2e/bench -start /tmp/sandboxd -files-only   (commands and files only)
 //	go run ./e2e/bench -start /tmp/sandboxd -only-sleep   (wakes from sleep, sleep.go)
+//	go run ./e2e/bench -start /tmp/sandboxd -only-forks -creates 10   (forks, forks.go)
 //
 // With -start it runs its own sandboxd from the given binary with a
 // temporary config and store, and removes everything it made at the end.
@@ -76,6 +80,8 @@ type options struct {
 	filesOnly, commandsOnly         bool
 	codeImage                       string
 	onlyCode, onlyEgress, onlySleep bool
+	onlyForks                       bool
+	forkMiB, forkReps               int
 	kubeconfig, k8sAgentImage       string
 	transport                       string
 	pid                             int
@@ -113,6 +119,9 @@ func run() (err error) {
 	flag.BoolVar(&o.onlyEgress, "only-egress", false, "measure only the egress policy phase")
 	flag.BoolVar(&o.onlySleep, "only-sleep", false, "measure only the sleep phase (needs -start): wakes from an idle pause and stop, with -creates creates and -commands commands awake")
 	flag.IntVar(&o.sleeps, "sleeps", 20, "wakes from each sleep measured")
+	flag.BoolVar(&o.onlyForks, "only-forks", false, "measure only the forks phase: fork-to-ready of 1 and 5 forks next to -creates plain creates, and the source's pause (forks.go)")
+	flag.IntVar(&o.forkMiB, "fork-mib", 100, "MiB the fork source has written")
+	flag.IntVar(&o.forkReps, "fork-reps", 5, "forks of 1 and of 5 measured")
 	flag.StringVar(&o.transport, "agent-transport", "auto", "with -start: the server's [docker] agent_transport (\"auto\" or \"exec\")")
 	flag.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("SANDBOXD_E2E_KUBECONFIG"), "with -start: also measure sandboxd on this Kubernetes cluster (default $SANDBOXD_E2E_KUBECONFIG; empty skips it)")
 	flag.StringVar(&o.k8sAgentImage, "k8s-agent-image", cmp.Or(os.Getenv("SANDBOXD_E2E_K8S_AGENT_IMAGE"), "localhost/sandboxd:e2e"), "the sandboxd image of the -start binary on that cluster")
@@ -121,14 +130,14 @@ func run() (err error) {
 	if *short {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]*int{"creates": &o.creates, "commands": &o.commands, "files": &o.files, "transfer": &o.transferMiB, "reps": &o.reps, "burst": &o.burst, "pool": &o.pool, "sleeps": &o.sleeps} {
+		for name, v := range map[string]*int{"creates": &o.creates, "commands": &o.commands, "files": &o.files, "transfer": &o.transferMiB, "reps": &o.reps, "burst": &o.burst, "pool": &o.pool, "sleeps": &o.sleeps, "fork-mib": &o.forkMiB, "fork-reps": &o.forkReps} {
 			if !set[name] {
-				*v = map[string]int{"creates": 3, "commands": 20, "files": 5, "transfer": 4, "reps": 1, "burst": 6, "pool": 3, "sleeps": 3}[name]
+				*v = map[string]int{"creates": 3, "commands": 20, "files": 5, "transfer": 4, "reps": 1, "burst": 6, "pool": 3, "sleeps": 3, "fork-mib": 4, "fork-reps": 1}[name]
 			}
 		}
 	}
 	o.filesOnly = o.filesOnly || o.commandsOnly
-	if o.creates < 1 || o.commands < 1 || o.files < 1 || o.transferMiB < 1 || o.reps < 1 || o.burst < 2 || o.pool < 1 || o.sleeps < 1 {
+	if o.creates < 1 || o.commands < 1 || o.files < 1 || o.transferMiB < 1 || o.reps < 1 || o.burst < 2 || o.pool < 1 || o.sleeps < 1 || o.forkMiB < 1 || o.forkReps < 1 {
 		return errors.New("counts must be at least 1 (burst at least 2)")
 	}
 
@@ -303,6 +312,15 @@ func (b *bench) measure(ctx context.Context, w io.Writer) error {
 			return err
 		}
 		b.rep.sleepRows(sl)
+		b.rep.write(w)
+		return nil
+	}
+	if b.o.onlyForks {
+		f, err := b.forks(ctx)
+		if err != nil {
+			return err
+		}
+		b.rep.forksRows(f)
 		b.rep.write(w)
 		return nil
 	}
