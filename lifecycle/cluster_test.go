@@ -109,6 +109,8 @@ func TestSecondRuntime(t *testing.T) {
 	wantCode(t, e.m.Sandboxes.Resume(ctx, sb.ID), KindInvalid, CodeAPINotSupported)
 	_, err = e.m.Snapshots.CreateSnapshot(ctx, sb.ID, "s")
 	wantCode(t, err, KindNotImplemented, CodeSnapshotNotImpl)
+	_, err = e.m.Forks.Fork(ctx, sb.ID, ForkRequest{Timeout: 600, Count: 1})
+	wantCode(t, err, KindNotImplemented, CodeForkUnsupportedRuntime) // upstream's answer there
 	host := validRequest()
 	host.Volumes = []Volume{{Name: "h", MountPath: "/h", Host: &HostPath{Path: t.TempDir()}}}
 	_, err = e.m.Sandboxes.Create(ctx, host)

@@ -142,3 +142,46 @@ func TestForkFailureCleansUp(t *testing.T) {
 		t.Errorf("a settled task keeps its create request (with the request's env): %+v", r.Target)
 	}
 }
+
+// TestForkResume: a task that a restart left in Provisioning, one target
+// made, is resumed by Resume: the made target is kept, the other made
+// once, and the task succeeds.
+func TestForkResume(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	src, _ := e.create(t, validRequest())
+	snapID := newID()
+	if err := e.m.Snapshots.take(ctx, src.ID, snapID); err != nil {
+		t.Fatal(err)
+	}
+	timeout := 600
+	target := CreateRequest{Timeout: &timeout, Metadata: map[string]string{"k": "v"}}
+	made := target
+	made.SnapshotID, made.id = snapID, newID()
+	if _, err := e.m.Sandboxes.Create(ctx, made); err != nil {
+		t.Fatal(err)
+	}
+	now := wireTime(e.clock.Now())
+	rec := &ForkRecord{
+		ID: newID(), SourceID: src.ID, State: ForkProvisioning, SnapshotID: snapID,
+		TargetIDs: []string{made.id, newID()}, Running: []string{made.id},
+		CreatedAt: now, UpdatedAt: now, Target: &target,
+	}
+	if err := e.store.PutFork(rec); err != nil {
+		t.Fatal(err)
+	}
+	e.m.Forks.Resume()
+	op := waitForkState(t, e.m.Forks, rec.ID)
+	if op.Status.State != ForkSucceeded || len(op.SandboxIDs) != 2 || op.SandboxIDs[0] != made.id || op.SandboxIDs[1] != rec.TargetIDs[1] {
+		t.Fatalf("resumed fork %+v, want Succeeded with %v", op, rec.TargetIDs)
+	}
+	for _, id := range rec.TargetIDs {
+		sb, err := e.m.Sandboxes.Get(ctx, id)
+		if err != nil || sb.Metadata["k"] != "v" || sb.SnapshotID != snapID {
+			t.Errorf("target %s: %+v, %v", id, sb, err)
+		}
+	}
+	if l, _, _ := e.m.Sandboxes.List(ctx, ListFilter{Page: 1, PageSize: 50}); len(l) != 3 {
+		t.Errorf("%d sandboxes, want the source and two targets", len(l))
+	}
+}
