@@ -128,7 +128,7 @@ fuzz_one() {
 }
 fuzz_targets() {
 	local pkg target rc=0
-	for pkg in ./api ./lifecycle ./runtime/agent ./runtime/hostpath; do
+	for pkg in ./api ./lifecycle ./runtime/agent ./runtime/hostpath ./runtime/egress/guard; do
 		for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(f \*testing\.F).*/\1/p' "$pkg"/*_test.go); do
 			echo "--- $pkg $target"
 			fuzz_one "$pkg" "$target" || rc=1

@@ -122,3 +122,25 @@ func (c *chunked) Read(p []byte) (int, error) {
 	c.b = c.b[k:]
 	return k, nil
 }
+
+// FuzzPeekName feeds the sandbox's first bytes, in chunks, to the name
+// reader: it never panics, keeps exactly what it read (at most maxPeek),
+// and a valid ClientHello split into records of any size still yields its
+// name.
+func FuzzPeekName(f *testing.F) {
+	hello := clientHello(&testing.T{}, "fuzz.example.com")
+	f.Add(hello, uint8(7), uint8(40))
+	f.Add([]byte("GET http://a.test/ HTTP/1.1\r\nHost: b.test\r\n\r\n"), uint8(3), uint8(1))
+	f.Add([]byte{0x16, 3, 1, 0, 4, 1, 0, 0, 0}, uint8(1), uint8(1))
+	f.Fuzz(func(t *testing.T, b []byte, chunk, split uint8) {
+		for _, tls := range []bool{true, false} {
+			head, name, bad := peekName(&chunked{b: b, n: int(chunk) + 1}, tls)
+			if len(head) > maxPeek || !bytes.HasPrefix(b, head) || bad && name != "" {
+				t.Fatalf("peekName(tls %v) = %d bytes, %q, bad %v", tls, len(head), name, bad)
+			}
+		}
+		if _, name, bad := peekName(&chunked{b: resplit(hello, int(split)+1), n: int(chunk) + 1}, true); name != "fuzz.example.com" || bad {
+			t.Fatalf("hello in records of %d bytes: %q bad %v", int(split)+1, name, bad)
+		}
+	})
+}
