@@ -3,7 +3,6 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -104,24 +103,6 @@ func execURL(t *testing.T, s streaming.Server) *url.URL {
 		t.Fatal(err)
 	}
 	return u
-}
-
-// lockedBuffer collects the stderr log.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // The agent's yamux session runs over a real exec stream with each of

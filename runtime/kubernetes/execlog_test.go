@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func (e closingExecutor) StreamWithContext(ctx context.Context, _ remotecommand.
 
 func TestExecCloseLogsNoError(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
-		var buf bytes.Buffer
+		var buf lockedBuffer // written by the stream's goroutine
 		h := slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level})
 		e := closingExecutor{running: make(chan struct{})}
 		c := openStream(e, nil, h)
@@ -67,4 +68,22 @@ func TestExecCloseLogsNoError(t *testing.T) {
 			t.Errorf("the errors after the close are not kept at DEBUG:\n%s", out)
 		}
 	}
+}
+
+// lockedBuffer collects a log written from other goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
