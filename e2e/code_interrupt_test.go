@@ -38,6 +38,9 @@ func TestCodeInterruptAnyMoment(t *testing.T) {
 				if strings.Contains(e.Stdout, "completed") {
 					t.Fatalf("interrupted at %v, the code ran to completion: %v", delay, e.Types)
 				}
+				if e.Error == nil {
+					t.Logf("stderr: %q", e.Stderr)
+				}
 				e.wantError(t, "KeyboardInterrupt")
 			}
 			for _, delay := range delays {

@@ -103,6 +103,22 @@ func (r *codeRun) handle(m kernelMsg) {
 			return
 		}
 		r.fail(c)
+	case "execute_reply":
+		// A failed cell whose error message never came: a second
+		// interrupt landing while IPython formats the first one's
+		// traceback makes it print "KeyboardInterrupt" to stderr and send
+		// no error, only this reply's.
+		var c struct {
+			Status string `json:"status"`
+			codeError
+		}
+		if json.Unmarshal(m.content, &c) != nil || c.Status != "error" {
+			return
+		}
+		if c.EName == "" {
+			c.EName = "Error"
+		}
+		r.fail(c.codeError)
 	}
 }
 

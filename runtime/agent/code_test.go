@@ -71,6 +71,30 @@ func TestCodeRunEvents(t *testing.T) {
 		check func(t *testing.T, evs []codeEvent)
 	}{
 		{name: "no value", want: "execution_complete"},
+		{name: "reply ok", msgs: []kernelMsg{msg("execute_reply", `{"status":"ok"}`)}, want: "execution_complete"},
+		{
+			// A second interrupt in IPython's traceback printing: no error
+			// message, only the reply says the cell failed.
+			name: "failed reply without an error",
+			msgs: []kernelMsg{
+				msg("stream", `{"name":"stderr","text":"\nKeyboardInterrupt\n"}`),
+				msg("execute_reply", `{"status":"error","ename":"KeyboardInterrupt","evalue":"","traceback":[]}`),
+			},
+			want: "stderr status error",
+			check: func(t *testing.T, evs []codeEvent) {
+				if evs[2].Error.EName != "KeyboardInterrupt" {
+					t.Errorf("error %+v", evs[2].Error)
+				}
+			},
+		},
+		{
+			name: "failed reply after its error",
+			msgs: []kernelMsg{
+				msg("error", `{"ename":"ValueError","evalue":"x","traceback":[]}`),
+				msg("execute_reply", `{"status":"error","ename":"ValueError","evalue":"x","traceback":[]}`),
+			},
+			want: "status error",
+		},
 		{
 			name: "output and value",
 			msgs: []kernelMsg{
