@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -125,6 +126,7 @@ func (f *Forks) step(ctx context.Context, rec *ForkRecord) error {
 // taken again.
 func (f *Forks) snapshot(ctx context.Context, rec *ForkRecord) error {
 	s, err := f.store.Snapshot(rec.SnapshotID)
+	retake := false
 	switch {
 	case errors.Is(err, errNoRecord):
 	case err != nil:
@@ -135,14 +137,34 @@ func (f *Forks) snapshot(ctx context.Context, rec *ForkRecord) error {
 		if err := f.dropSnapshot(ctx, s.ID); err != nil && !isGone(err) {
 			return forkStepError{CodeForkSnapshotFailed, err}
 		}
+		retake = true
 	default:
 		return forkStepError{CodeForkSnapshotFailed, errors.New("snapshot " + s.ID + " is " + s.State + ": " + s.Message)}
 	}
-	if err := f.take(ctx, rec.SourceID, rec.SnapshotID); err != nil {
-		return forkStepError{CodeForkSnapshotFailed, err}
+	for tries := 1; ; tries++ {
+		err := f.take(ctx, rec.SourceID, rec.SnapshotID)
+		// The engine may still be finishing the commit the restart cut
+		// short, the source paused meanwhile: wait for it a while.
+		if e, ok := AsError(err); ok && retake && e.Code == CodeSnapshotSourceState && tries < retakeTries {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(retakeEvery):
+				continue
+			}
+		}
+		if err != nil {
+			return forkStepError{CodeForkSnapshotFailed, err}
+		}
+		return nil
 	}
-	return nil
 }
+
+// How long a retaken snapshot waits for its source to be Running again.
+const (
+	retakeEvery = 500 * time.Millisecond
+	retakeTries = 240
+)
 
 // provision makes the targets not made yet, forkParallel at a time, and
 // records each as it runs. A target made before a restart is kept.
