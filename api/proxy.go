@@ -80,7 +80,7 @@ func (s *Server) handleProxy(w http.ResponseWriter, r *http.Request, id, portTex
 			u.Path, _ = url.PathUnescape(target)
 			pr.Out.Host = "127.0.0.1:" + portText
 			// The caller's credentials never reach the sandbox.
-			for _, h := range []string{"Authorization", "Cookie", headerAPIKey, lifecycle.TokenHeader} {
+			for _, h := range []string{"Authorization", "Cookie", headerAPIKey, lifecycle.TokenHeader, lifecycle.EgressAuthHeader} {
 				pr.Out.Header.Del(h)
 			}
 		},

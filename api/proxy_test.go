@@ -95,11 +95,12 @@ func TestProxyForwarding(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := e.do(t, "PUT", "/v1/sandboxes/"+id+"/proxy/"+tt.path, `{"k":"v"}`, map[string]string{
-				headerAPIKey:          testKey,
-				lifecycle.TokenHeader: tok,
-				"Cookie":              "session=secret",
-				"Authorization":       "Bearer secret",
-				"X-Custom":            "kept",
+				headerAPIKey:               testKey,
+				lifecycle.TokenHeader:      tok,
+				"Cookie":                   "session=secret",
+				"Authorization":            "Bearer secret",
+				lifecycle.EgressAuthHeader: "egress-secret",
+				"X-Custom":                 "kept",
 			})
 			if r.status != 200 {
 				t.Fatalf("status = %d %s", r.status, r.body)
@@ -108,7 +109,7 @@ func TestProxyForwarding(t *testing.T) {
 				t.Errorf("agent answered %q, want %q", r.body, want)
 			}
 			got := e.agent.last(t)
-			for _, h := range []string{lifecycle.TokenHeader, headerAPIKey, "Cookie", "Authorization"} {
+			for _, h := range []string{lifecycle.TokenHeader, headerAPIKey, "Cookie", "Authorization", lifecycle.EgressAuthHeader} {
 				if v := got.Header.Get(h); v != "" {
 					t.Errorf("header %s = %q reached the sandbox", h, v)
 				}
