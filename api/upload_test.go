@@ -1,6 +1,8 @@
 package api
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -45,5 +47,33 @@ func TestUploadLargeFiles(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// What a proxied request is to the file routes is decided once, from the
+// port, the path and the method: only POST /files/upload and GET or HEAD
+// /files/download of the execd port are served here, and any request to
+// /files/upload carries a form, not JSON.
+func TestFileRouteOf(t *testing.T) {
+	for _, tt := range []struct {
+		method, rest string
+		port         int
+		want         fileRoute
+		form         bool
+	}{
+		{http.MethodPost, "/files/upload", lifecycle.ExecdPort, routeUpload, true},
+		{http.MethodPut, "/files/upload", lifecycle.ExecdPort, routeForm, true},
+		{http.MethodGet, "/files/download", lifecycle.ExecdPort, routeDownload, false},
+		{http.MethodHead, "/files/download", lifecycle.ExecdPort, routeDownload, false},
+		{http.MethodPost, "/files/download", lifecycle.ExecdPort, routeNone, false},
+		{http.MethodPost, "/files/upload", 8080, routeNone, false},
+		{http.MethodGet, "/files/download", 8080, routeNone, false},
+		{http.MethodPost, "/files/upload/", lifecycle.ExecdPort, routeNone, false},
+		{http.MethodPost, "/command", lifecycle.ExecdPort, routeNone, false},
+	} {
+		got := fileRouteOf(httptest.NewRequest(tt.method, "/x", nil), tt.port, tt.rest)
+		if got != tt.want || got.form() != tt.form {
+			t.Errorf("%s %s on %d = %v (form %v), want %v (form %v)", tt.method, tt.rest, tt.port, got, got.form(), tt.want, tt.form)
+		}
 	}
 }

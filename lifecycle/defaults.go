@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/config"
@@ -94,3 +95,65 @@ func (d defaults) sandboxSpec(id, image string, cmd, env []string, labels map[st
 
 // containerName is the name of sandbox id's container.
 func containerName(id string) string { return "sandbox-" + id }
+
+// hardening is what a request may choose about its container's security.
+type hardening struct {
+	readOnlyRootfs bool
+	user           string // "" = the image's user
+	nested         bool   // user namespaces inside the sandbox (ExtNested)
+}
+
+// parseHardening reads the per-request hardening extensions on top of the
+// [docker] defaults. A request may tighten the operator's settings, never
+// loosen them: it cannot make a read-only root writable, nor pick another
+// user than the configured one.
+func (d defaults) parseHardening(ext map[string]string) (hardening, error) {
+	h := hardening{readOnlyRootfs: d.readOnlyRoot, user: d.user}
+	if v, ok := ext[ExtReadOnlyRootfs]; ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		switch {
+		case err != nil:
+			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] must be \"true\" or \"false\", got %q", ExtReadOnlyRootfs, v)
+		case !b && d.readOnlyRoot:
+			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] = %q refused: this server makes every root filesystem read-only ([docker] read_only_rootfs)", ExtReadOnlyRootfs, v)
+		}
+		h.readOnlyRootfs = h.readOnlyRootfs || b
+	}
+	if v, ok := ext[ExtUser]; ok {
+		v = strings.TrimSpace(v)
+		switch {
+		case !userSpec.MatchString(v):
+			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] must be \"uid[:gid]\" or \"name[:group]\" (example: \"1000:1000\"), got %q", ExtUser, v)
+		case d.user != "" && v != d.user:
+			return h, errf(KindInvalid, CodeInvalidParameter, "extensions[%q] = %q refused: this server runs every sandbox as %q ([docker] user)", ExtUser, v, d.user)
+		}
+		h.user = v
+	}
+	return h, d.parseNested(ext, &h)
+}
+
+// parseNested reads ExtNested. A nested sandbox runs as a numeric non-root
+// uid:gid: the one the request or the server names, else nestedUser.
+func (d defaults) parseNested(ext map[string]string, h *hardening) error {
+	v, ok := ext[ExtNested]
+	if !ok {
+		return nil
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	switch {
+	case err != nil:
+		return errf(KindInvalid, CodeInvalidParameter, "extensions[%q] must be \"true\" or \"false\", got %q", ExtNested, v)
+	case !b:
+		return nil
+	case !d.allowNested:
+		return errf(KindInvalid, CodeInvalidParameter, "extensions[%q] refused: this server does not allow nested sandboxes ([sandbox] allow_nested = false)", ExtNested)
+	}
+	if h.user == "" {
+		h.user = nestedUser
+	}
+	if !runtime.NonRootUser(h.user) {
+		return errf(KindInvalid, CodeInvalidParameter, "extensions[%q]: a nested sandbox runs as a numeric non-root \"uid:gid\" (default %s), not %q", ExtNested, nestedUser, h.user)
+	}
+	h.nested = true
+	return nil
+}

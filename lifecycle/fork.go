@@ -26,10 +26,6 @@ const (
 	ForkFailed       = "Failed"
 )
 
-// restoreEntrypoint is what a sandbox made from a snapshot runs unless
-// its request says otherwise: nothing (upstream's default).
-var restoreEntrypoint = []string{"tail", "-f", "/dev/null"}
-
 // Fork error codes (OSEP-0024), and sandboxd's cap on tasks.
 const (
 	CodeForkNotFound           = "FORK::NOT_FOUND"
@@ -111,29 +107,6 @@ type ForkOperation struct {
 	CreatedAt       time.Time  `json:"createdAt"`
 	UpdatedAt       time.Time  `json:"updatedAt"`
 	CleanupPending  bool       `json:"cleanupPending"`
-}
-
-// ForkRecord is a fork task as the store keeps it. The ids of its snapshot
-// and targets are chosen before anything is made, so that a task resumed
-// after a restart finds what it made instead of making it twice.
-type ForkRecord struct {
-	ID             string    `json:"id"`
-	SourceID       string    `json:"sourceId"`
-	State          string    `json:"state"`
-	Reason         string    `json:"reason,omitempty"`
-	Message        string    `json:"message,omitempty"`
-	SnapshotID     string    `json:"snapshotId"`
-	TargetIDs      []string  `json:"targetIds"`
-	Running        []string  `json:"running,omitempty"` // targets made, in TargetIDs' order
-	CreatedAt      time.Time `json:"createdAt"`
-	UpdatedAt      time.Time `json:"updatedAt"`
-	CleanupPending bool      `json:"cleanupPending,omitempty"`
-	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
-	Digest         string    `json:"digest"`
-	// Target is every target's create request: the request's overrides
-	// over what the source passes on. It is kept only until the task
-	// settles (it may hold the request's env values).
-	Target *CreateRequest `json:"target,omitempty"`
 }
 
 func (r *ForkRecord) settled() bool { return r.State == ForkSucceeded || r.State == ForkFailed }

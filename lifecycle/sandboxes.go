@@ -84,6 +84,26 @@ func (s *Sandboxes) Token(id string) string {
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
+// EgressAuthHeader carries a sandbox's egress credential on port 18080,
+// as upstream's sidecar takes it (OPENSANDBOX_EGRESS_TOKEN).
+const EgressAuthHeader = "OPENSANDBOX-EGRESS-AUTH"
+
+// EgressToken returns the credential of sandbox id's egress API: the
+// 18080 endpoint's header, which the SDKs send with their egress calls.
+// It is not the execd token: whoever drives the sandbox with that one
+// (an agent, code it runs) must not lift the key holder's policy.
+func (s *Sandboxes) EgressToken(id string) string {
+	mac := hmac.New(sha256.New, s.tokenKey)
+	mac.Write([]byte("egress-token:" + id))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// CheckEgressToken reports whether tok opens sandbox id's egress API
+// (constant time).
+func (s *Sandboxes) CheckEgressToken(id, tok string) bool {
+	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.EgressToken(id))) == 1
+}
+
 // CheckToken reports whether tok opens sandbox id (constant time).
 func (s *Sandboxes) CheckToken(id, tok string) bool {
 	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.Token(id))) == 1
@@ -889,3 +909,7 @@ func paginate[T any](items []T, page, size int) ([]T, Page, error) {
 	hi := min(lo+size, len(items))
 	return items[lo:hi], p, nil
 }
+
+// restoreEntrypoint is what a sandbox made from a snapshot runs unless
+// its request says otherwise: nothing (upstream's default).
+var restoreEntrypoint = []string{"tail", "-f", "/dev/null"}

@@ -334,3 +334,26 @@ func newID() string {
 	h := hex.EncodeToString(b[:])
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
+
+// ForkRecord is a fork task as the store keeps it. The ids of its snapshot
+// and targets are chosen before anything is made, so that a task resumed
+// after a restart finds what it made instead of making it twice.
+type ForkRecord struct {
+	ID             string    `json:"id"`
+	SourceID       string    `json:"sourceId"`
+	State          string    `json:"state"`
+	Reason         string    `json:"reason,omitempty"`
+	Message        string    `json:"message,omitempty"`
+	SnapshotID     string    `json:"snapshotId"`
+	TargetIDs      []string  `json:"targetIds"`
+	Running        []string  `json:"running,omitempty"` // targets made, in TargetIDs' order
+	CreatedAt      time.Time `json:"createdAt"`
+	UpdatedAt      time.Time `json:"updatedAt"`
+	CleanupPending bool      `json:"cleanupPending,omitempty"`
+	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
+	Digest         string    `json:"digest"`
+	// Target is every target's create request: the request's overrides
+	// over what the source passes on. It is kept only until the task
+	// settles (it may hold the request's env values).
+	Target *CreateRequest `json:"target,omitempty"`
+}
