@@ -71,8 +71,10 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 
+	// Both binaries, as docs/platforms.md builds them: sandboxd finds its
+	// agent (sandboxd-agent) beside it.
 	sandboxdBinary = filepath.Join(dir, "sandboxd")
-	build := exec.Command("go", "build", "-o", sandboxdBinary, "./cmd/sandboxd")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/sandboxd", "./cmd/sandboxd-agent")
 	build.Dir = repoRoot()
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -63,7 +63,7 @@ cross_platform() {
 	done
 	stub=$(mktemp -d)
 	: >"$stub/agent"
-	printf '{"Replace":{"%s/cmd/sandboxd/agents/sandboxd-linux-amd64":"%s/agent","%s/cmd/sandboxd/agents/sandboxd-linux-arm64":"%s/agent"}}' \
+	printf '{"Replace":{"%s/cmd/sandboxd/agents/sandboxd-agent-linux-amd64":"%s/agent","%s/cmd/sandboxd/agents/sandboxd-agent-linux-arm64":"%s/agent"}}' \
 		"$PWD" "$stub" "$PWD" "$stub" >"$stub/overlay.json"
 	echo "--- -tags embedagents"
 	CGO_ENABLED=0 go vet -tags embedagents -overlay "$stub/overlay.json" ./cmd/sandboxd || rc=1

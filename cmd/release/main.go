@@ -3,7 +3,7 @@
 //
 //	go run ./cmd/release [-version v1.2.3] [-out dist] [-platforms linux/amd64,...] [-image]
 //
-// It cross-compiles the two Linux agents, then sandboxd for every platform
+// It cross-compiles the two Linux agents (cmd/sandboxd-agent), then sandboxd for every platform
 // with both agents embedded (-tags embedagents; the agents reach
 // cmd/sandboxd/agents/ through an -overlay, so the tree stays clean), and
 // writes one archive per platform (tar.gz, zip for Windows) holding the
@@ -108,10 +108,10 @@ func run(args []string) error {
 	b := builder{root: root, version: *version, commit: commit}
 	overlay := map[string]string{}
 	for _, arch := range agentArchs {
-		name := "sandboxd-linux-" + arch
+		name := "sandboxd-agent-linux-" + arch
 		bin := filepath.Join(work, "agents", name)
 		fmt.Printf("agent  linux/%s\n", arch)
-		if err := b.build("linux", arch, bin, false, ""); err != nil {
+		if err := b.build("./cmd/sandboxd-agent", "linux", arch, bin, false, ""); err != nil {
 			return err
 		}
 		overlay[filepath.Join(root, "cmd", "sandboxd", "agents", name)] = bin
@@ -132,7 +132,7 @@ func run(args []string) error {
 		}
 		stage := filepath.Join(work, name)
 		fmt.Printf("build  %s\n", p)
-		if err := b.build(goos, goarch, filepath.Join(stage, exe), true, overlayFile); err != nil {
+		if err := b.build("./cmd/sandboxd", goos, goarch, filepath.Join(stage, exe), true, overlayFile); err != nil {
 			return err
 		}
 		files := []archiveFile{{name + "/" + exe, filepath.Join(stage, exe), 0o755}}
@@ -171,14 +171,14 @@ type builder struct {
 
 // build compiles sandboxd for goos/goarch to out, with the embedded agents
 // (through overlay) if embed.
-func (b builder) build(goos, goarch, out string, embed bool, overlay string) error {
+func (b builder) build(pkg, goos, goarch, out string, embed bool, overlay string) error {
 	args := []string{"build", "-trimpath", "-buildvcs=false",
 		"-ldflags", fmt.Sprintf("-s -w -buildid= -X main.version=%s -X main.commit=%s", b.version, b.commit),
 		"-o", out}
 	if embed {
 		args = append(args, "-tags", "embedagents", "-overlay", overlay)
 	}
-	cmd := exec.Command("go", append(args, "./cmd/sandboxd")...)
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = b.root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch, "GOFLAGS=")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr

@@ -4,12 +4,12 @@ package main
 
 import _ "embed"
 
-// The Linux agents, placed here by the release build (cmd/release) through
-// an -overlay, so the source tree holds no binaries.
+// The Linux agents (cmd/sandboxd-agent), placed here by the release build
+// (cmd/release) through an -overlay, so the source tree holds no binaries.
 var (
-	//go:embed agents/sandboxd-linux-amd64
+	//go:embed agents/sandboxd-agent-linux-amd64
 	agentAMD64 []byte
-	//go:embed agents/sandboxd-linux-arm64
+	//go:embed agents/sandboxd-agent-linux-arm64
 	agentARM64 []byte
 )
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -24,13 +25,34 @@ func newRuntime(ctx context.Context, cfg config.Config, log *slog.Logger) (runti
 	if cfg.Runtime.Type == "kubernetes" {
 		return newKubernetes(cfg.Kubernetes, log)
 	}
+	local, err := agentFor(cfg.Runtime.AgentBinaries, log)
+	if err != nil {
+		return nil, err
+	}
 	return docker.New(ctx, docker.Options{
 		Host: cfg.Docker.Host, APITimeout: cfg.Docker.APITimeout.Duration, Logger: log,
 		MountDir: filepath.Join(cfg.Store.Dir, "mounts"), AllowedHostPaths: cfg.Storage.AllowedHostPaths,
-		AgentBinaries: cfg.Runtime.AgentBinaries, EmbeddedAgents: embeddedAgents(),
+		AgentBinaries: cfg.Runtime.AgentBinaries, EmbeddedAgents: embeddedAgents(), LocalAgent: local,
 		LogMaxSize: cfg.Docker.LogMaxSize, LogMaxFiles: cfg.Docker.LogMaxFiles, DiskLimit: cfg.Docker.DiskLimit,
 		AgentTransport: cfg.Docker.AgentTransport,
 	})
+}
+
+// agentFor returns the local agent when it serves this machine's platform
+// (neither configured nor embedded), and says when it is sandboxd itself.
+func agentFor(configured map[string]string, log *slog.Logger) (string, error) {
+	own := "linux/" + goruntime.GOARCH
+	if configured[own] != "" || embeddedAgents()[own] != nil {
+		return "", nil
+	}
+	path, small, err := localAgent()
+	if err != nil {
+		return "", fmt.Errorf("locate the agent: %w", err)
+	}
+	if path != "" && !small {
+		log.Info("the agent in sandboxes is this sandboxd binary; build "+agentName+" beside it for a smaller one (docs/platforms.md)", "binary", path)
+	}
+	return path, nil
 }
 
 func newKubernetes(k config.Kubernetes, log *slog.Logger) (*kubernetes.Kubernetes, error) {

@@ -50,9 +50,12 @@ sandboxd() {
 	mkdir -p "$d"
 	if [ -n "${SANDBOXD_K8S_SANDBOXD_BINARY:-}" ]; then
 		cp "$SANDBOXD_K8S_SANDBOXD_BINARY" "$d/sandboxd"
+		# The agent beside it, if it has one (a release binary embeds it).
+		agent_bin=$(dirname "$SANDBOXD_K8S_SANDBOXD_BINARY")/sandboxd-agent
+		if [ -f "$agent_bin" ]; then cp "$agent_bin" "$d/sandboxd-agent"; fi
 	else
 		# Built as e2e's TestMain builds it, so that the two share Go's cache.
-		(cd "$k8s_repo" && CGO_ENABLED=0 go build -o "$d/sandboxd" ./cmd/sandboxd)
+		(cd "$k8s_repo" && CGO_ENABLED=0 go build -o "$d/" ./cmd/sandboxd ./cmd/sandboxd-agent)
 	fi
 	# The legacy builder warns on stderr about its deprecation: shown only on failure.
 	docker build -q -f "$k8s_repo/images/sandboxd/Dockerfile" -t "$tag" "$d" >"$tmp/build.log" 2>&1 ||

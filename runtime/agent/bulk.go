@@ -364,23 +364,6 @@ const UploadRoute = "/_sandboxd/upload"
 
 const uploadDone = "done"
 
-// FileWriter is a transport that writes uploaded files one by one.
-type FileWriter interface {
-	// WriteFile writes content to the file meta describes. A refusal or
-	// failure of the agent is a *transfer.Error; an error reading content
-	// is returned as it is.
-	WriteFile(ctx context.Context, meta transfer.Meta, content io.Reader) error
-}
-
-// Files returns the file writer of t, a transport of a Client
-// (Transport), or nil if its session has no bulk connections.
-func Files(t http.RoundTripper) FileWriter {
-	if r, ok := t.(router); ok {
-		return r
-	}
-	return nil
-}
-
 // WriteFile implements FileWriter for a session with bulk connections.
 func (r router) WriteFile(ctx context.Context, meta transfer.Meta, content io.Reader) error {
 	return r.c.bulk.(*bulkTransport).WriteFile(ctx, meta, content)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+
+	"github.com/sandboxd/sandboxd/runtime/transfer"
 )
 
 // MaxResponseHeaderBytes bounds the response headers sandboxd reads from a
@@ -79,6 +81,23 @@ func (c *Client) Transport() http.RoundTripper {
 		return c.transport
 	}
 	return router{c}
+}
+
+// FileWriter is a transport that writes uploaded files one by one.
+type FileWriter interface {
+	// WriteFile writes content to the file meta describes. A refusal or
+	// failure of the agent is a *transfer.Error; an error reading content
+	// is returned as it is.
+	WriteFile(ctx context.Context, meta transfer.Meta, content io.Reader) error
+}
+
+// Files returns the file writer of t, a transport of a Client
+// (Transport), or nil if its session has no bulk connections (bulk.go).
+func Files(t http.RoundTripper) FileWriter {
+	if fw, ok := t.(FileWriter); ok {
+		return fw
+	}
+	return nil
 }
 
 // router sends file transfers through the bulk transport, the rest

@@ -23,11 +23,12 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
-// The agent in a sandbox is always a static Linux sandboxd binary of the
-// sandbox image's platform, whatever the server runs on. Its sources, the
+// The agent in a sandbox is always a static Linux binary of the sandbox
+// image's platform (cmd/sandboxd-agent, or sandboxd's own binary, which
+// serves the same commands), whatever the server runs on. Its sources, the
 // first that has the platform winning: [runtime] agent_binaries, the agents
-// embedded in a release build, and, on Linux, sandboxd's own binary for its
-// own platform.
+// embedded in a release build, and the local agent of the server's own
+// platform when it runs on Linux (Options.LocalAgent).
 
 // elfMachines maps a Go architecture to its ELF machine, to check that a
 // binary fits the platform it is named for.
@@ -43,9 +44,9 @@ type agentSet struct {
 }
 
 // newAgentSet collects the agent binaries: files named by platform (each
-// checked to be a static Linux binary of it), embedded ones, and the own
-// executable when sandboxd runs on Linux.
-func newAgentSet(files map[string]string, embedded map[string][]byte, log *slog.Logger) (*agentSet, error) {
+// checked to be a static Linux binary of it), embedded ones, and local,
+// the agent of this machine's own platform, if it runs Linux.
+func newAgentSet(files map[string]string, embedded map[string][]byte, local string, log *slog.Logger) (*agentSet, error) {
 	s := &agentSet{volumes: map[string]*agentVolume{}}
 	for _, plat := range slices.Sorted(maps.Keys(files)) {
 		v, err := fileAgent(plat, files[plat])
@@ -68,17 +69,13 @@ func newAgentSet(files map[string]string, embedded map[string][]byte, log *slog.
 		}
 	}
 	own := "linux/" + goruntime.GOARCH
-	if goruntime.GOOS == "linux" && s.volumes[own] == nil {
-		exe, err := os.Executable()
+	if local != "" && s.volumes[own] == nil {
+		v, err := fileAgent(own, local)
 		if err != nil {
-			return nil, fmt.Errorf("locate own binary for the agent: %w", err)
-		}
-		v, err := fileAgent(own, exe)
-		if err != nil {
-			return nil, fmt.Errorf("own binary as the agent: %w", err)
+			return nil, fmt.Errorf("local agent: %w", err)
 		}
 		if !v.static {
-			log.Warn("sandboxd is dynamically linked: its agent runs only in images with a matching C library; build it with CGO_ENABLED=0", "binary", exe)
+			log.Warn("the agent is dynamically linked: it runs only in images with a matching C library; build it with CGO_ENABLED=0", "binary", local)
 		}
 		s.volumes[own] = v.agentVolume
 	}
@@ -155,7 +152,7 @@ func (s *agentSet) pick(platform string) (*agentVolume, error) {
 	}
 	return nil, fmt.Errorf("image platform %s: no sandboxd agent for it (this sandboxd carries %s); "+
 		"use a release build, which embeds the linux/amd64 and linux/arm64 agents, or build one with "+
-		"`CGO_ENABLED=0 GOOS=linux GOARCH=%s go build -o sandboxd-linux-%s ./cmd/sandboxd` "+
+		"`CGO_ENABLED=0 GOOS=linux GOARCH=%s go build -ldflags=\"-s -w\" -o sandboxd-linux-%s ./cmd/sandboxd-agent` "+
 		"and name it in the config: [runtime] agent_binaries = { %q = \"/path/to/sandboxd-linux-%s\" }",
 		platform, carried, arch, arch, platform, arch)
 }

@@ -113,7 +113,7 @@ func TestAgentSetPicksThePlatformsAgent(t *testing.T) {
 
 	// A release build with an arm64 agent configured over the embedded one.
 	set, err := newAgentSet(map[string]string{"linux/arm64": writeFile(t, configuredARM)},
-		map[string][]byte{"linux/amd64": embeddedAMD, "linux/arm64": embeddedARM}, log)
+		map[string][]byte{"linux/amd64": embeddedAMD, "linux/arm64": embeddedARM}, "", log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,20 +154,21 @@ func TestAgentSetPicksThePlatformsAgent(t *testing.T) {
 }
 
 // TestAgentSetPlainBuild: without configured or embedded agents, sandboxd
-// on Linux serves its own platform with its own binary and no other.
+// on Linux serves its own platform with the local agent (here its own
+// binary) and no other.
 func TestAgentSetPlainBuild(t *testing.T) {
 	if goruntime.GOOS != "linux" {
 		t.Skip("sandboxd's own binary is an agent only on Linux")
 	}
-	set, err := newAgentSet(nil, nil, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := "linux/" + goruntime.GOARCH
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
+	set, err := newAgentSet(nil, nil, exe, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := "linux/" + goruntime.GOARCH
 	want, err := os.ReadFile(exe)
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +202,7 @@ func TestAgentSetRefusesWrongFiles(t *testing.T) {
 		{"missing", filepath.Join(t.TempDir(), "nope"), "no such file"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := newAgentSet(map[string]string{"linux/arm64": tt.path}, nil, log)
+			_, err := newAgentSet(map[string]string{"linux/arm64": tt.path}, nil, "", log)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want %q", err, tt.want)
 			}

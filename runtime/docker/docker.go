@@ -34,11 +34,13 @@ import (
 type Options struct {
 	Host       string        // Docker endpoint; "" = discovered (see discoverEndpoint)
 	APITimeout time.Duration // bound on each non-streaming Engine API call
-	// AgentBinaries are static Linux sandboxd binaries by sandbox platform
-	// ("linux/arm64"), and EmbeddedAgents those built into a release
-	// binary; see agentbin.go.
+	// AgentBinaries are static Linux agent binaries by sandbox platform
+	// ("linux/arm64"), EmbeddedAgents those built into a release binary,
+	// and LocalAgent the file of this machine's own platform (Linux only:
+	// sandboxd-agent beside sandboxd, or sandboxd itself); see agentbin.go.
 	AgentBinaries  map[string]string
 	EmbeddedAgents map[string][]byte
+	LocalAgent     string
 	Logger         *slog.Logger
 	// MountDir is a directory only sandboxd can reach (under its state
 	// dir) where host mounts are pinned while their container exists;
@@ -144,7 +146,7 @@ func New(ctx context.Context, opts Options) (*Docker, error) {
 		logMu:            newCtxLock(),
 		hostMu:           newCtxLock(),
 	}
-	if d.agents, err = newAgentSet(opts.AgentBinaries, opts.EmbeddedAgents, opts.Logger); err != nil {
+	if d.agents, err = newAgentSet(opts.AgentBinaries, opts.EmbeddedAgents, opts.LocalAgent, opts.Logger); err != nil {
 		return nil, err
 	}
 	if d.prefixes, err = hostpath.Open(opts.AllowedHostPaths); err != nil {

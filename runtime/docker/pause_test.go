@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -40,7 +41,8 @@ func fakeEngine(t *testing.T, apiTimeout time.Duration, pingDown bool, routes ma
 		http.Error(w, `{"message":"unexpected `+r.Method+` `+r.URL.Path+`"}`, http.StatusBadRequest)
 	}))
 	t.Cleanup(engine.Close)
-	d, err := New(context.Background(), Options{Host: "tcp://" + engine.Listener.Addr().String(), APITimeout: apiTimeout, Logger: slog.New(slog.DiscardHandler)})
+	exe, _ := os.Executable() // the local agent, as a plain build's own binary
+	d, err := New(context.Background(), Options{Host: "tcp://" + engine.Listener.Addr().String(), APITimeout: apiTimeout, Logger: slog.New(slog.DiscardHandler), LocalAgent: exe})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,8 @@ func TestCreateSecurityMapping(t *testing.T) {
 		HostConfig container.HostConfig
 	}
 	plat := "linux/" + goruntime.GOARCH
-	set, err := newAgentSet(nil, nil, slog.New(slog.DiscardHandler))
+	exe, _ := os.Executable()
+	set, err := newAgentSet(nil, nil, exe, slog.New(slog.DiscardHandler))
 	if err != nil || set.volumes[plat] == nil {
 		t.Skipf("no agent for %s: %v", plat, err)
 	}

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"errors"
@@ -8,19 +8,15 @@ import (
 	"path/filepath"
 )
 
-// installAgent is `sandboxd install-agent DIR`: the init container of a
-// Kubernetes sandbox pod copies its own binary into the pod's agent
-// volume (DIR/sandboxd), which the sandbox container mounts read-only.
-// The image is FROM scratch: there is no cp to do it.
-func installAgent(args []string) error {
+// Install is `install-agent DIR`: the init container of a Kubernetes
+// sandbox pod copies the agent binary open returns into the pod's agent
+// volume (DIR/sandboxd), which the sandbox container mounts read-only. The
+// image is FROM scratch: there is no cp to do it.
+func Install(args []string, open func() (io.ReadCloser, error)) error {
 	if len(args) != 1 || !filepath.IsAbs(args[0]) {
-		return errors.New("usage: sandboxd install-agent DIR (an absolute path)")
+		return errors.New("usage: install-agent DIR (an absolute path)")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("install agent: find own binary: %w", err)
-	}
-	src, err := os.Open(self)
+	src, err := open()
 	if err != nil {
 		return fmt.Errorf("install agent: %w", err)
 	}
@@ -47,4 +43,13 @@ func installAgent(args []string) error {
 		return fmt.Errorf("install agent: %w", err)
 	}
 	return nil
+}
+
+// OpenSelf opens the running executable: the agent binary installs itself.
+func OpenSelf() (io.ReadCloser, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own binary: %w", err)
+	}
+	return os.Open(self)
 }

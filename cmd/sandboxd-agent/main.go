@@ -1,0 +1,48 @@
+// Command sandboxd-agent is what runs inside sandboxes, and nothing else:
+// it links neither the engines' clients nor the server, so that the binary
+// every sandbox maps and every Kubernetes pod copies stays small
+// (depaware.txt lists its packages; TestAgentSize bounds it). sandboxd
+// places it in each sandbox's agent volume as /opt/sandboxd/sandboxd and
+// runs it there:
+//
+//	sandboxd agent ...                 the in-sandbox agent (execd API)
+//	sandboxd egress hold|guard|serve   the egress helper's daemon
+//	sandboxd install-agent DIR         copy itself into DIR/sandboxd
+//
+// sandboxd's own binary answers the same commands: it is the agent when no
+// sandboxd-agent is found beside it (docs/platforms.md).
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/sandboxd/sandboxd/runtime/agent"
+	"github.com/sandboxd/sandboxd/runtime/egress/guard"
+)
+
+func main() {
+	args := os.Args[1:]
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "sandboxd-agent runs inside sandboxes, started by sandboxd (commands: agent, egress, install-agent)")
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var err error
+	switch args[0] {
+	case "agent":
+		err = agent.Main(context.Background(), args[1:], log)
+	case "egress":
+		err = guard.Main(context.Background(), args[1:], log)
+	case "install-agent":
+		err = agent.Install(args[1:], agent.OpenSelf)
+	default:
+		err = fmt.Errorf("unknown command %q (commands: agent, egress, install-agent)", args[0])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd:", err)
+		os.Exit(1)
+	}
+}
