@@ -17,6 +17,11 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// maxResultBytes bounds the results (images included) kept from one
+// code_run: the code in the sandbox decides how many it displays, and each
+// is held until the run ends.
+const maxResultBytes = 8 << 20
+
 // maxStreamText bounds the text of stdout and of stderr kept from one run;
 // the start and the end are kept, and the result says how much was left out.
 const maxStreamText = 64 << 10
@@ -141,6 +146,7 @@ type CodeResult struct {
 	Stdout         string           `json:"stdout"`
 	Stderr         string           `json:"stderr"`
 	Results        []map[string]any `json:"results" jsonschema:"the cell's value and displayed outputs, by MIME type; images are returned as image content and named here only"`
+	OmittedResults int              `json:"omitted_results,omitempty" jsonschema:"results left out once 8 MiB of them were kept"`
 	Error          *ExecError       `json:"error,omitempty"`
 }
 
@@ -370,6 +376,7 @@ func (t *tools) codeRun(ctx context.Context, c *caller, in CodeArgs) (*sdk.CallT
 	}
 	var stdout, stderr clipped
 	var content []sdk.Content
+	kept := 0 // bytes of results kept, as execd sent them
 	body := map[string]any{"code": in.Code, "context": map[string]string{"id": out.ContextID, "language": language}}
 	err := c.stream(ctx, execdPath(in.SandboxID, "/code"), body, func(ev event) bool {
 		switch ev.Type {
@@ -380,6 +387,15 @@ func (t *tools) codeRun(ctx context.Context, c *caller, in CodeArgs) (*sdk.CallT
 		case "execution_count":
 			out.ExecutionCount = ev.ExecutionCount
 		case "result":
+			size := 0
+			for _, raw := range ev.Results {
+				size += len(raw)
+			}
+			if kept+size > maxResultBytes {
+				out.OmittedResults++
+				break
+			}
+			kept += size
 			r, imgs := splitResult(ev.Results)
 			content = append(content, imgs...)
 			if len(r) > 0 {

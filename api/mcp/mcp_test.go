@@ -531,3 +531,36 @@ func TestHandlerTransportStreams(t *testing.T) {
 		t.Error("the handler's writes did not fail after the body was closed")
 	}
 }
+
+// TestCodeRunBoundsResults: code in the sandbox decides how many results it
+// displays; a run keeps at most maxResultBytes of them, however many come.
+func TestCodeRunBoundsResults(t *testing.T) {
+	api := newFakeAPI()
+	img := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xff}, 1<<20))
+	obj := `{"k":[` + strings.Repeat(`"xxxxxxxxxxxxxxxx",`, 1<<16) + `"x"]}`
+	api.mux.HandleFunc("POST /sandboxes/sb/proxy/44772/code", func(w http.ResponseWriter, r *http.Request) {
+		evs := []string{`{"type":"init","text":"x","timestamp":1}`}
+		for range 24 {
+			evs = append(evs, `{"type":"result","results":{"image/png":"`+img+`"},"timestamp":1}`,
+				`{"type":"result","results":{"application/json":`+obj+`},"timestamp":1}`)
+		}
+		events(w, append(evs, `{"type":"execution_complete","execution_time":1,"timestamp":2}`)...)
+	})
+	res := call(t, connect(t, api, Options{}), "code_run", map[string]any{"sandbox_id": "sb", "code": "x", "context_id": "c"})
+	if res.IsError {
+		t.Fatal(text(res))
+	}
+	out := structured[CodeResult](t, res)
+	held := 0
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *sdk.ImageContent:
+			held += len(c.Data)
+		case *sdk.TextContent:
+			held += len(c.Text)
+		}
+	}
+	if held > maxResultBytes+1<<20 || out.OmittedResults == 0 || len(out.Results) == 0 {
+		t.Errorf("held %d bytes of results, %d kept, %d omitted", held, len(out.Results), out.OmittedResults)
+	}
+}
