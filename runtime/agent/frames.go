@@ -12,6 +12,8 @@ const (
 	yamuxTypeData   = 0
 	// yamuxTypeWindowUpdate also opens, acknowledges and closes streams.
 	yamuxTypeWindowUpdate = 1
+	yamuxTypePing         = 2
+	yamuxFlagSYN          = 1
 	// maxCoalesce is the largest body joined to its header; bigger bodies
 	// are written after it, as yamux does, so no connection keeps a big
 	// buffer.

@@ -19,8 +19,10 @@ import (
 //   - Each stream sandboxd opens buffers at most StreamWindow bytes that
 //     were received and not yet read: yamux never grants the sender more.
 //   - The agent side cannot open streams: every frame of a stream it
-//     offers (an even id: sandboxd's are odd) is dropped before yamux sees
-//     it, so there is no accept backlog and nothing allocated for them.
+//     offers (a SYN, or an even id: sandboxd's are odd) is dropped before
+//     yamux sees it, so there is no accept backlog and nothing allocated
+//     for them. Nor can it ping (yamux would answer each ping on a
+//     goroutine that waits while the agent side does not read).
 //   - A stream sandboxd has closed holds nothing: what it had buffered is
 //     read away, and data that still comes for it is dropped before yamux
 //     sees it (the frame goes on with its flags, without its body).
@@ -117,15 +119,22 @@ func (f *inboundFilter) Read(p []byte) (int, error) {
 				return 0, err
 			}
 			typ, id := f.hdr[1], binary.BigEndian.Uint32(f.hdr[4:])
-			if typ != yamuxTypeData && typ != yamuxTypeWindowUpdate {
-				f.head = f.hdr[:] // ping, go away: a length that is no body
+			flags := binary.BigEndian.Uint16(f.hdr[2:])
+			switch typ {
+			case yamuxTypePing:
+				// sandboxd never pings, and yamux answers each ping on a
+				// goroutine of its own, which waits while the other side
+				// does not read: the whole frame goes.
+				continue
+			case yamuxTypeData:
+				f.body = binary.BigEndian.Uint32(f.hdr[8:])
+			case yamuxTypeWindowUpdate:
+			default:
+				f.head = f.hdr[:] // go away: a length that is no body
 				continue
 			}
-			if typ == yamuxTypeData {
-				f.body = binary.BigEndian.Uint32(f.hdr[8:])
-			}
-			if id%2 == 0 {
-				f.drop = true // the agent side's: the whole frame goes
+			if id%2 == 0 || flags&yamuxFlagSYN != 0 {
+				f.drop = true // a stream the agent side opens: the whole frame goes
 				continue
 			}
 			f.head = f.hdr[:]

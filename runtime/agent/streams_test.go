@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"net/http"
@@ -193,5 +194,42 @@ func TestStreamCap(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, "http://agent/", nil)
 	if _, err := c.Transport().RoundTrip(req); err == nil || !strings.Contains(err.Error(), "too many streams") {
 		t.Errorf("a request over a full session: %v", err)
+	}
+}
+
+// Frames an agent side writes raw: a flood of pings (yamux would answer
+// each on a goroutine that waits while nobody reads its answers) and
+// streams opened with odd ids, as sandboxd's own are: none of it reaches
+// yamux.
+func TestAgentPingsAndOddStreamsDropped(t *testing.T) {
+	done := make(chan struct{})
+	c, _, _ := dialPipes(t, func(stdin io.Reader, stdout io.Writer) error {
+		defer close(done)
+		frame := func(typ byte, flags uint16, id, length uint32) []byte {
+			h := make([]byte, yamuxHeaderSize)
+			h[1] = typ
+			binary.BigEndian.PutUint16(h[2:], flags)
+			binary.BigEndian.PutUint32(h[4:], id)
+			binary.BigEndian.PutUint32(h[8:], length)
+			return h
+		}
+		var out []byte
+		for i := range uint32(100000) {
+			out = append(out, frame(yamuxTypePing, yamuxFlagSYN, 0, i)...)
+		}
+		for id := uint32(10001); id < 10001+2*300; id += 2 {
+			out = append(out, frame(yamuxTypeData, yamuxFlagSYN, id, 4096)...)
+			out = append(out, make([]byte, 4096)...)
+		}
+		_, err := stdout.Write(out) // and never reads stdin
+		return err
+	})
+	<-done
+	time.Sleep(200 * time.Millisecond) // the last frames read after the write returned
+	if n := runtime.NumGoroutine(); n > 200 {
+		t.Errorf("%d goroutines after a ping flood", n)
+	}
+	if n := c.session.NumStreams(); n != 0 {
+		t.Errorf("sandboxd's session holds %d streams the agent side opened", n)
 	}
 }
