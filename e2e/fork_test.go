@@ -280,25 +280,40 @@ func TestForkErrors(t *testing.T) {
 }
 
 // TestForkRestart kills sandboxd (SIGKILL) while a fork of three is in
-// progress: after the restart the task is resumed from where it was and
-// settles, its snapshot and targets made once, none left half-made.
+// progress, once while it snapshots and once while it makes the
+// sandboxes: after the restart the task is resumed from where it was and
+// succeeds, its snapshot and sandboxes made once, none left half-made.
 func TestForkRestart(t *testing.T) {
+	for _, at := range []string{"Snapshotting", "Provisioning"} {
+		t.Run(at, func(t *testing.T) { forkRestart(t, at) })
+	}
+}
+
+func forkRestart(t *testing.T, killAt string) {
 	s := startServer(t)
 	src := createSandbox(t, s, "/v1/sandboxes", busyboxRequest())
 	runCommand(t, s, src.ID, "mkdir -p /data; dd if=/dev/urandom of=/data/blob bs=1M count=100 2>/dev/null; md5sum /data/blob > /data/blob.md5")
 	op := postFork(t, s, src.ID, map[string]any{"timeout": 600}, map[string]string{"Sandboxd-Fork-Count": "3"})
-	var at string
-	waitUntil(t, stateWait, "the fork to be under way", func() bool {
-		at = decodeJSON[forkOp](t, getBody(t, s, "/v1/forks/"+op.ID)).Status.State
-		return at != "Pending"
+	var at forkOp
+	waitUntil(t, stateWait, "the fork to reach "+killAt, func() bool {
+		at = decodeJSON[forkOp](t, getBody(t, s, "/v1/forks/"+op.ID))
+		if at.Status.State == "Succeeded" || at.Status.State == "Failed" {
+			t.Fatalf("the fork settled before it could be interrupted at %s: %+v", killAt, at)
+		}
+		return at.Status.State == killAt
 	})
 	s.Kill9()
-	t.Logf("killed sandboxd with the fork %s", at)
+	t.Logf("killed sandboxd with the fork %s, %d of 3 made", at.Status.State, len(at.SandboxIDs))
 	s.Restart()
 
 	op, seen := waitFork(t, s, op.ID)
 	if op.Status.State != "Succeeded" || len(op.SandboxIDs) != 3 {
 		t.Fatalf("after the restart the fork settled %+v (seen %v), want Succeeded with 3 sandboxes", op, seen)
+	}
+	for _, id := range at.SandboxIDs {
+		if !slices.Contains(op.SandboxIDs, id) {
+			t.Errorf("sandbox %s, made before the kill, was replaced: now %v", id, op.SandboxIDs)
+		}
 	}
 	want := runCommand(t, s, src.ID, "cat /data/blob.md5")
 	for _, id := range op.SandboxIDs {
@@ -307,16 +322,16 @@ func TestForkRestart(t *testing.T) {
 		}
 	}
 	// Made once: the instance has the source and the three forks, no more.
-	n := 0
-	for _, c := range containersByLabel(t, labelInstance, s.InstanceID) {
-		if !strings.HasSuffix(c.Names[0], "-egress") {
-			n++
+	waitUntil(t, stateWait, "half-made containers to be removed", func() bool {
+		n := 0
+		for _, c := range containersByLabel(t, labelInstance, s.InstanceID) {
+			if !strings.HasSuffix(c.Names[0], "-egress") {
+				n++
+			}
 		}
-	}
-	if n != 4 {
-		t.Errorf("the instance has %d sandbox containers, want 4 (the source and 3 forks)", n)
-	}
+		return n == 4
+	})
 	if l := listSandboxes(t, s, "/v1", "pageSize=50"); len(l.Items) != 4 {
-		t.Errorf("%d sandboxes listed, want 4", len(l.Items))
+		t.Errorf("%d sandboxes listed, want 4 (the source and 3 forks)", len(l.Items))
 	}
 }
