@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
@@ -246,6 +247,39 @@ func TestSecurityFakeAgent(t *testing.T) {
 		t.Errorf("sandboxd's log grew by %d bytes in %v of a log flood, over the budget's %d", logged, elapsed.Round(time.Second), limit)
 	}
 	secRSSReturned(t, box, pid, before)
+}
+
+// TestSecurityEarlyPartCap uploads a file part of 17 MiB before its
+// metadata, into a running sandbox (on the direct path sandboxd parses the
+// form and spools such parts on the host) and into a stopped one (always
+// sandboxd's): 413 with the envelope, nothing written; 15 MiB still works.
+func TestSecurityEarlyPartCap(t *testing.T) {
+	s := startServer(t)
+	running := newExecdBox(t, s, busyboxRequest())
+	stopped := newExecdBox(t, s, busyboxWith(map[string]any{"entrypoint": []string{"sh", "-c", "mkdir /late; sleep 3"}}))
+	waitState(t, s, stopped.ID, "Terminated")
+	if _, code := running.secShell(t, "mkdir /late"); code != 0 {
+		t.Fatal("mkdir /late failed")
+	}
+	form := func(size int, path string) ([]byte, string) {
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		fw, _ := mw.CreateFormFile("file", "early.bin")
+		fw.Write(bytes.Repeat([]byte("x"), size))
+		meta, _ := mw.CreateFormFile("metadata", "metadata")
+		fmt.Fprintf(meta, `{"path":%q}`, path)
+		mw.Close()
+		return b.Bytes(), mw.FormDataContentType()
+	}
+	for _, box := range []*execdBox{running, stopped} {
+		body, ct := form(17<<20, "/late/big.bin")
+		status, hdr, resp := box.do(t, http.MethodPost, "/files/upload", body, map[string]string{"Content-Type": ct})
+		secWantError(t, "a 17 MiB part before its metadata", status, hdr, resp, http.StatusRequestEntityTooLarge, "")
+		body, ct = form(15<<20, "/late/ok.bin")
+		if status, _, resp := box.do(t, http.MethodPost, "/files/upload", body, map[string]string{"Content-Type": ct}); status != http.StatusOK {
+			t.Errorf("a 15 MiB part before its metadata: %d %.200s", status, resp)
+		}
+	}
 }
 
 // secLogSize is the size of sandboxd's log file.
