@@ -112,13 +112,18 @@ func (r *codeRun) handle(m kernelMsg) {
 			Status string `json:"status"`
 			codeError
 		}
-		if json.Unmarshal(m.content, &c) != nil || c.Status != "error" {
+		if json.Unmarshal(m.content, &c) != nil {
 			return
 		}
-		if c.EName == "" {
-			c.EName = "Error"
+		switch c.Status {
+		case "error":
+			if c.EName == "" {
+				c.EName = "Error"
+			}
+			r.fail(c.codeError)
+		case "aborted": // the kernel did not run the code
+			r.fail(codeError{EName: "ExecutionAborted", EValue: "the kernel aborted the request without running the code"})
 		}
-		r.fail(c.codeError)
 	}
 }
 

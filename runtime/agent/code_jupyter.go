@@ -320,7 +320,10 @@ func (k *jupyterKernel) execute(code string, handle func(kernelMsg), stop <-chan
 		"buffers":       []any{},
 		"content": map[string]any{
 			"code": code, "silent": false, "store_history": true, "user_expressions": map[string]any{},
-			"allow_stdin": false, "stop_on_error": true,
+			// Runs are one at a time: with stop_on_error, ipykernel would
+			// abort the next one if it came within its window after a
+			// failure (an interrupt), reporting it done without running it.
+			"allow_stdin": false, "stop_on_error": false,
 		},
 	}
 	k.wsMu.Lock()

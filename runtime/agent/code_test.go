@@ -87,6 +87,7 @@ func TestCodeRunEvents(t *testing.T) {
 				}
 			},
 		},
+		{name: "aborted reply", msgs: []kernelMsg{msg("execute_reply", `{"status":"aborted"}`)}, want: "status error"},
 		{
 			name: "failed reply after its error",
 			msgs: []kernelMsg{
