@@ -116,22 +116,21 @@ type Sandbox struct {
 	// (extensions "sandboxd.io/nested"), for agents that sandbox their own
 	// commands with bubblewrap; off by default (SECURITY.md).
 	AllowNested bool `toml:"allow_nested"`
+	// Hardening is what [sandbox] gave, as read; Load merges it into
+	// Docker's, where the values in force are kept (Config.Hardening).
+	Hardening
 }
 
-// Docker is the [docker] section: how sandboxes are created on the Docker Engine.
-type Docker struct {
-	// Host is the Docker endpoint; "" = env DOCKER_HOST, else the local unix socket.
-	Host string `toml:"host"`
-	// NetworkMode is "" (sandboxd's own network, whose sandboxes cannot reach each
-	// other), "bridge", "none" or a user-defined network name; never "host".
-	NetworkMode      string   `toml:"network_mode"`
-	APITimeout       Duration `toml:"api_timeout"`
+// Hardening is how every sandbox is confined, on any runtime (Docker, the
+// pods of Kubernetes): the [sandbox] keys below, which [docker] accepts
+// too. Config.Hardening returns the values in force.
+type Hardening struct {
 	DropCapabilities []string `toml:"drop_capabilities"`
 	AddCapabilities  []string `toml:"add_capabilities"`
 	NoNewPrivileges  bool     `toml:"no_new_privileges"`
 	// PidsLimit bounds the processes of one sandbox; 0 = no limit.
 	PidsLimit int64 `toml:"pids_limit"`
-	// SeccompProfile and ApparmorProfile name profiles; "" = Docker's default profile.
+	// SeccompProfile and ApparmorProfile name profiles; "" = the engine's default profile.
 	SeccompProfile  string `toml:"seccomp_profile"`
 	ApparmorProfile string `toml:"apparmor_profile"`
 	// DefaultMemory and DefaultCPU apply when a request sets no resource limits.
@@ -140,6 +139,23 @@ type Docker struct {
 	ReadOnlyRootfs bool   `toml:"read_only_rootfs"`
 	// User runs sandboxes as this user (e.g. "1000:1000"); "" = the image's user.
 	User string `toml:"user"`
+}
+
+// Hardening returns the sandbox hardening settings in force, whichever of
+// [sandbox] and [docker] gave them.
+func (c Config) Hardening() Hardening { return c.Docker.Hardening }
+
+// Docker is the [docker] section: how sandboxes are created on the Docker Engine.
+type Docker struct {
+	// Host is the Docker endpoint; "" = env DOCKER_HOST, else the local unix socket.
+	Host string `toml:"host"`
+	// NetworkMode is "" (sandboxd's own network, whose sandboxes cannot reach each
+	// other), "bridge", "none" or a user-defined network name; never "host".
+	NetworkMode string   `toml:"network_mode"`
+	APITimeout  Duration `toml:"api_timeout"`
+	// Hardening holds the values in force (see Config.Hardening); its keys
+	// are accepted here as aliases of [sandbox]'s.
+	Hardening
 	// OCIRuntime is the Docker runtime name (e.g. "runsc"); also read from upstream's
 	// [secure_runtime] docker_runtime.
 	OCIRuntime string `toml:"runtime"`
@@ -159,8 +175,8 @@ type Docker struct {
 }
 
 // Kubernetes is the [kubernetes] section: how sandboxes are created as pods when
-// runtime.type is "kubernetes". The hardening keys of [docker] (capabilities, user,
-// read_only_rootfs, default_cpu/memory) apply to pods too.
+// runtime.type is "kubernetes". The [sandbox] hardening keys (capabilities, user,
+// read_only_rootfs, default_cpu/memory) apply to pods as to containers.
 type Kubernetes struct {
 	// Kubeconfig is a kubeconfig file; "" = $KUBECONFIG, else the in-cluster
 	// config (the pod's service account).
@@ -275,7 +291,7 @@ type Duration struct{ time.Duration }
 
 // Default returns the configuration used for every key the file does not set.
 func Default() Config {
-	return Config{
+	c := Config{
 		Server: Server{
 			Host:         "127.0.0.1",
 			Port:         8080,
@@ -291,28 +307,29 @@ func Default() Config {
 		Log:     Log{Level: "INFO", Access: true},
 		Runtime: Runtime{Type: "docker"},
 		Docker: Docker{
-			APITimeout:       Duration{180 * time.Second},
-			DropCapabilities: []string{"ALL"},
-			// Docker's default set minus AUDIT_WRITE, MKNOD, NET_RAW, SETFCAP and SYS_CHROOT:
-			// what a root shell needs to install packages and run ordinary programs.
-			AddCapabilities: []string{
-				"CHOWN",            // change file owners (package managers, tar)
-				"DAC_OVERRIDE",     // root bypasses file permission bits, as usual
-				"FOWNER",           // chmod/utime files root does not own
-				"FSETID",           // keep setuid/setgid bits when root edits a file
-				"KILL",             // signal processes of other users in the sandbox
-				"SETGID",           // switch group (su, sudo, daemons dropping privileges)
-				"SETUID",           // switch user (same)
-				"SETPCAP",          // drop capabilities from its own bounding set
-				"NET_BIND_SERVICE", // bind ports below 1024 inside the sandbox
+			APITimeout: Duration{180 * time.Second},
+			Hardening: Hardening{DropCapabilities: []string{"ALL"},
+				// Docker's default set minus AUDIT_WRITE, MKNOD, NET_RAW, SETFCAP and SYS_CHROOT:
+				// what a root shell needs to install packages and run ordinary programs.
+				AddCapabilities: []string{
+					"CHOWN",            // change file owners (package managers, tar)
+					"DAC_OVERRIDE",     // root bypasses file permission bits, as usual
+					"FOWNER",           // chmod/utime files root does not own
+					"FSETID",           // keep setuid/setgid bits when root edits a file
+					"KILL",             // signal processes of other users in the sandbox
+					"SETGID",           // switch group (su, sudo, daemons dropping privileges)
+					"SETUID",           // switch user (same)
+					"SETPCAP",          // drop capabilities from its own bounding set
+					"NET_BIND_SERVICE", // bind ports below 1024 inside the sandbox
+				},
+				NoNewPrivileges: true,
+				PidsLimit:       4096,
+				DefaultMemory:   "2Gi",
+				DefaultCPU:      "1",
 			},
-			NoNewPrivileges: true,
-			PidsLimit:       4096,
-			DefaultMemory:   "2Gi",
-			DefaultCPU:      "1",
-			LogMaxSize:      "10m",
-			LogMaxFiles:     3,
-			AgentTransport:  "auto",
+			LogMaxSize:     "10m",
+			LogMaxFiles:    3,
+			AgentTransport: "auto",
 		},
 		Kubernetes: Kubernetes{
 			Namespace:            "sandboxd",
@@ -325,6 +342,7 @@ func Default() Config {
 		Lifecycle: Lifecycle{ReaperInterval: Duration{5 * time.Second}, SleepAction: "pause", SleepRetention: Duration{7 * 24 * time.Hour}},
 		Store:     Store{Dir: "~/.sandboxd"},
 	}
+	return c
 }
 
 // APIKeysAll returns every accepted API key: APIKey then APIKeys, trimmed, without empty

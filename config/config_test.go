@@ -227,24 +227,26 @@ func TestLoadEveryKey(t *testing.T) {
 		Runtime: Runtime{Type: "docker", AgentBinaries: map[string]string{"linux/arm64": "/opt/sandboxd/sandboxd-linux-arm64"}},
 		Sandbox: Sandbox{AllowNested: true},
 		Docker: Docker{
-			Host:             "unix:///run/docker.sock",
-			NetworkMode:      "none",
-			APITimeout:       Duration{30 * time.Second},
-			DropCapabilities: []string{"NET_RAW"},
-			AddCapabilities:  []string{"CHOWN"},
-			NoNewPrivileges:  false,
-			PidsLimit:        100,
-			SeccompProfile:   "/etc/seccomp.json",
-			ApparmorProfile:  "sandbox",
-			DefaultMemory:    "512Mi",
-			DefaultCPU:       "500m",
-			ReadOnlyRootfs:   true,
-			User:             "1000:1000",
-			OCIRuntime:       "runsc",
-			LogMaxSize:       "1m",
-			LogMaxFiles:      2,
-			DiskLimit:        "5G",
-			AgentTransport:   "exec",
+			Host:        "unix:///run/docker.sock",
+			NetworkMode: "none",
+			APITimeout:  Duration{30 * time.Second},
+			Hardening: Hardening{
+				DropCapabilities: []string{"NET_RAW"},
+				AddCapabilities:  []string{"CHOWN"},
+				NoNewPrivileges:  false,
+				PidsLimit:        100,
+				SeccompProfile:   "/etc/seccomp.json",
+				ApparmorProfile:  "sandbox",
+				DefaultMemory:    "512Mi",
+				DefaultCPU:       "500m",
+				ReadOnlyRootfs:   true,
+				User:             "1000:1000",
+			},
+			OCIRuntime:     "runsc",
+			LogMaxSize:     "1m",
+			LogMaxFiles:    2,
+			DiskLimit:      "5G",
+			AgentTransport: "exec",
 		},
 		Kubernetes: Kubernetes{
 			Kubeconfig:           "/etc/sandboxd/kubeconfig",
@@ -297,9 +299,10 @@ func TestLoadEveryKey(t *testing.T) {
 
 	// The document must set every key to a value other than its default, or a key that is
 	// not decoded would go unnoticed. runtime.type has no other valid value; Insecure is
-	// not read from the file.
+	// not read from the file. The [sandbox] hardening keys are those of [docker] under
+	// their new names (TestSandboxHardening).
 	for _, f := range sameLeaves(reflect.ValueOf(want), reflect.ValueOf(Default()), "") {
-		if f != ".Runtime.Type" && f != ".Server.Insecure" && f != ".Path" && f != ".Ignored" {
+		if f != ".Runtime.Type" && f != ".Server.Insecure" && f != ".Path" && f != ".Ignored" && !strings.HasPrefix(f, ".Sandbox.Hardening.") {
 			t.Errorf("test document leaves %s at its default", f)
 		}
 	}

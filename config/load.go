@@ -69,6 +69,9 @@ func Load(path string) (Config, error) {
 		}
 		c = f.Config
 		c.Path, c.Ignored = p, ignored
+		if err := mergeHardening(&c, string(data)); err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", p, err)
+		}
 		if r := f.SecureRuntime.DockerRuntime; r != "" {
 			if c.Docker.OCIRuntime != "" && c.Docker.OCIRuntime != r {
 				return Config{}, fmt.Errorf("config %s: docker.runtime %q and secure_runtime.docker_runtime %q disagree; set one",

@@ -29,22 +29,22 @@ type defaults struct {
 }
 
 func defaultsFrom(cfg config.Config) defaults {
-	d := cfg.Docker
+	d, h := cfg.Docker, cfg.Hardening()
 	return defaults{
 		base: runtime.Spec{
-			Resources:       runtime.Resources{Pids: d.PidsLimit},
-			Capabilities:    capabilities(d.DropCapabilities, d.AddCapabilities),
-			NoNewPrivileges: d.NoNewPrivileges,
-			SeccompProfile:  d.SeccompProfile,
-			AppArmorProfile: d.ApparmorProfile,
+			Resources:       runtime.Resources{Pids: h.PidsLimit},
+			Capabilities:    capabilities(h.DropCapabilities, h.AddCapabilities),
+			NoNewPrivileges: h.NoNewPrivileges,
+			SeccompProfile:  h.SeccompProfile,
+			AppArmorProfile: h.ApparmorProfile,
 			RuntimeClass:    d.OCIRuntime,
 		},
 		network:      d.NetworkMode,
-		readOnlyRoot: d.ReadOnlyRootfs,
-		user:         d.User,
+		readOnlyRoot: h.ReadOnlyRootfs,
+		user:         h.User,
 		allowNested:  cfg.Sandbox.AllowNested,
-		cpu:          d.DefaultCPU,
-		memory:       d.DefaultMemory,
+		cpu:          h.DefaultCPU,
+		memory:       h.DefaultMemory,
 	}
 }
 

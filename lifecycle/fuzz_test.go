@@ -220,7 +220,7 @@ func FuzzParseHardening(f *testing.F) {
 		if hasUser {
 			ext[ExtUser] = user
 		}
-		d := defaultsFrom(config.Config{Docker: config.Docker{ReadOnlyRootfs: cfgRO, User: cfgUser}})
+		d := defaultsFrom(config.Config{Docker: config.Docker{Hardening: config.Hardening{ReadOnlyRootfs: cfgRO, User: cfgUser}}})
 		h, err := d.parseHardening(ext)
 		if err != nil {
 			if e, ok := AsError(err); !ok || e.Kind != KindInvalid || e.Code != CodeInvalidParameter {

@@ -18,13 +18,13 @@ func TestParseHardening(t *testing.T) {
 		wantError bool
 	}{
 		{name: "nothing asked, nothing configured"},
-		{name: "config defaults apply", cfg: config.Docker{ReadOnlyRootfs: true, User: "1000:1000"}, wantRO: true, wantUser: "1000:1000"},
+		{name: "config defaults apply", cfg: config.Docker{Hardening: config.Hardening{ReadOnlyRootfs: true, User: "1000:1000"}}, wantRO: true, wantUser: "1000:1000"},
 		{name: "read-only asked", ext: map[string]string{ExtReadOnlyRootfs: "true"}, wantRO: true},
 		{name: "read-only asked off", ext: map[string]string{ExtReadOnlyRootfs: "false"}},
 		{name: "read-only with spaces and case", ext: map[string]string{ExtReadOnlyRootfs: " TRUE "}, wantRO: true},
 		{name: "read-only not a bool", ext: map[string]string{ExtReadOnlyRootfs: "yes please"}, wantError: true},
-		{name: "read-only cannot be loosened", cfg: config.Docker{ReadOnlyRootfs: true}, ext: map[string]string{ExtReadOnlyRootfs: "false"}, wantError: true},
-		{name: "read-only repeated", cfg: config.Docker{ReadOnlyRootfs: true}, ext: map[string]string{ExtReadOnlyRootfs: "true"}, wantRO: true},
+		{name: "read-only cannot be loosened", cfg: config.Docker{Hardening: config.Hardening{ReadOnlyRootfs: true}}, ext: map[string]string{ExtReadOnlyRootfs: "false"}, wantError: true},
+		{name: "read-only repeated", cfg: config.Docker{Hardening: config.Hardening{ReadOnlyRootfs: true}}, ext: map[string]string{ExtReadOnlyRootfs: "true"}, wantRO: true},
 		{name: "numeric user", ext: map[string]string{ExtUser: "1000:1000"}, wantUser: "1000:1000"},
 		{name: "named user", ext: map[string]string{ExtUser: "nobody"}, wantUser: "nobody"},
 		{name: "user and group names", ext: map[string]string{ExtUser: "app:staff"}, wantUser: "app:staff"},
@@ -32,8 +32,8 @@ func TestParseHardening(t *testing.T) {
 		{name: "user with a space", ext: map[string]string{ExtUser: "a b"}, wantError: true},
 		{name: "user with two colons", ext: map[string]string{ExtUser: "1:2:3"}, wantError: true},
 		{name: "user path", ext: map[string]string{ExtUser: "../root"}, wantError: true},
-		{name: "configured user repeated", cfg: config.Docker{User: "1000"}, ext: map[string]string{ExtUser: "1000"}, wantUser: "1000"},
-		{name: "configured user cannot be changed", cfg: config.Docker{User: "1000"}, ext: map[string]string{ExtUser: "0"}, wantError: true},
+		{name: "configured user repeated", cfg: config.Docker{Hardening: config.Hardening{User: "1000"}}, ext: map[string]string{ExtUser: "1000"}, wantUser: "1000"},
+		{name: "configured user cannot be changed", cfg: config.Docker{Hardening: config.Hardening{User: "1000"}}, ext: map[string]string{ExtUser: "0"}, wantError: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -350,7 +350,7 @@ func TestParseNested(t *testing.T) {
 		{name: "configured root refused", allow: true, cfgUser: "root", ext: map[string]string{ExtNested: "true"}, wantErr: "non-root"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := config.Config{Docker: config.Docker{User: tc.cfgUser}, Sandbox: config.Sandbox{AllowNested: tc.allow}}
+			cfg := config.Config{Docker: config.Docker{Hardening: config.Hardening{User: tc.cfgUser}}, Sandbox: config.Sandbox{AllowNested: tc.allow}}
 			h, err := defaultsFrom(cfg).parseHardening(tc.ext)
 			if tc.wantErr != "" {
 				e, ok := AsError(err)
