@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command fakeagent is what hostile sandbox code does to the agent in the
 // e2e memory tests: it kills the agent daemon, binds the daemon's
 // abstract socket in its place, and serves sandboxd's next session
