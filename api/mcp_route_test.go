@@ -2,9 +2,11 @@ package api
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -116,4 +118,51 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.key)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPRequestsCapped: at most maxMCPRequests /mcp requests are in
+// progress at once (a tool call holds far more than a proxied request);
+// the next is a 429 with the envelope, and a slot freed serves again.
+func TestMCPRequestsCapped(t *testing.T) {
+	e := newEnv(t, nil)
+	var writers []*io.PipeWriter
+	done := make(chan struct{}, maxMCPRequests)
+	for range maxMCPRequests {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		t.Cleanup(func() { pw.Close() }) // before the server's close waits for it
+		req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/mcp", pr)
+		req.Header.Set(headerAPIKey, testKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", mcpHeaders["Accept"])
+		go func() {
+			if res, err := e.srv.Client().Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+			done <- struct{}{}
+		}()
+	}
+	for _, pw := range writers {
+		if _, err := pw.Write([]byte(" ")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The held requests reach the handler soon after their first bytes.
+	r := e.do(t, http.MethodPost, "/mcp", mcpInitialize, withHeaders(nil))
+	for i := 0; i < 100 && r.status != http.StatusTooManyRequests; i++ {
+		time.Sleep(20 * time.Millisecond)
+		r = e.do(t, http.MethodPost, "/mcp", mcpInitialize, withHeaders(nil))
+	}
+	wantError(t, r, http.StatusTooManyRequests, codeTooManyRequests)
+	for _, pw := range writers {
+		_, _ = pw.Write([]byte(mcpInitialize))
+		pw.Close()
+	}
+	for range maxMCPRequests {
+		<-done
+	}
+	if r := e.do(t, http.MethodPost, "/mcp", mcpInitialize, withHeaders(nil)); r.status != http.StatusOK {
+		t.Fatalf("after the slots were freed: %d %s", r.status, r.body)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -91,7 +92,7 @@ func (s *Server) routes() {
 	s.debugRoutes(r)
 	s.consoleRoutes(r)
 	// MCP tools, a client of this API with the caller's key (docs/mcp.md).
-	r.Handle(mcp.Path, mcp.Handler(s, mcp.Options{}, s.log))
+	r.Handle(mcp.Path, limitMCP(mcp.Handler(s, mcp.Options{}, s.log)))
 	for _, prefix := range []string{"", "/v1"} {
 		// Full paths on the top router: gorilla/mux subrouters lose the
 		// 405 for a known path with the wrong method (mux issue #751).
@@ -390,4 +391,26 @@ func (s *statusRecorder) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// maxMCPRequests bounds the /mcp requests in progress at once. Unlike a
+// proxied request (m in SECURITY.md), one tool call holds what the
+// sandbox answers until it has shaped its result: an event line of up to
+// 32 MiB, 8 MiB of results or of a download with its base64 copy; and
+// the API requests it is made of are counted per key only.
+const maxMCPRequests = 16
+
+// limitMCP answers 429 to an /mcp request beyond maxMCPRequests.
+func limitMCP(h http.Handler) http.Handler {
+	slots := make(chan struct{}, maxMCPRequests)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			h.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Retry-After", "1")
+			writeError(w, r, http.StatusTooManyRequests, codeTooManyRequests, fmt.Sprintf("too many /mcp requests in progress (at most %d at once); retry", maxMCPRequests))
+		}
+	})
 }
