@@ -192,8 +192,10 @@ type event struct {
 	Message string `json:"message"`
 }
 
-// maxEventLine bounds one event of a stream (a result may carry an image).
-const maxEventLine = 32 << 20
+// maxEventLine bounds one event of a stream that is kept: 8 MiB of results
+// (maxResultBytes) in base64 and JSON. A longer line is read away and left
+// out, so a sandbox cannot make a call hold more.
+const maxEventLine = 12 << 20
 
 // stream posts body to an execd streaming route and calls fn for each
 // event, until the stream ends or fn returns false.
@@ -203,27 +205,48 @@ func (c *caller) stream(ctx context.Context, path string, body any, fn func(even
 		return err
 	}
 	defer res.Body.Close()
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), maxEventLine)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		line = bytes.TrimSpace(bytes.TrimPrefix(line, []byte("data:")))
-		if len(line) == 0 || line[0] != '{' {
+	br := bufio.NewReaderSize(res.Body, 64<<10)
+	var line []byte
+	over := false // the current line is longer than maxEventLine
+	for {
+		frag, err := br.ReadSlice('\n')
+		if !over {
+			line = append(line, frag...)
+			if len(line) > maxEventLine {
+				line, over = line[:0], true
+			}
+		}
+		if err == bufio.ErrBufferFull {
 			continue
 		}
-		var ev event
-		if json.Unmarshal(line, &ev) != nil {
-			continue
+		if !over {
+			if ev, ok := parseEvent(line); ok {
+				if ev.Type == "" && ev.Message != "" {
+					return fmt.Errorf("the sandbox's execd API failed the run: %s: %s", ev.Code, ev.Message)
+				}
+				if !fn(ev) {
+					return nil
+				}
+			}
 		}
-		if ev.Type == "" && ev.Message != "" {
-			return fmt.Errorf("the sandbox's execd API failed the run: %s: %s", ev.Code, ev.Message)
-		}
-		if !fn(ev) {
+		line, over = line[:0], false
+		if err == io.EOF {
 			return nil
 		}
+		if err != nil {
+			return fmt.Errorf("reading the event stream: %w", err)
+		}
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("reading the event stream: %w", err)
+}
+
+// parseEvent reads one line of an event stream: an event's JSON, after
+// an optional "data:".
+func parseEvent(line []byte) (event, bool) {
+	var ev event
+	line = bytes.TrimSpace(line)
+	line = bytes.TrimSpace(bytes.TrimPrefix(line, []byte("data:")))
+	if len(line) == 0 || line[0] != '{' {
+		return ev, false
 	}
-	return nil
+	return ev, json.Unmarshal(line, &ev) == nil
 }

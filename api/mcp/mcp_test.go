@@ -564,3 +564,23 @@ func TestCodeRunBoundsResults(t *testing.T) {
 		t.Errorf("held %d bytes of results, %d kept, %d omitted", held, len(out.Results), out.OmittedResults)
 	}
 }
+
+// TestStreamSkipsOverlongEvents: an event line longer than maxEventLine (a
+// replaced agent can send one of any length) is read away and left out;
+// the run goes on and nothing of it is held.
+func TestStreamSkipsOverlongEvents(t *testing.T) {
+	api := newFakeAPI()
+	api.mux.HandleFunc("POST /sandboxes/sb/proxy/44772/command", func(w http.ResponseWriter, r *http.Request) {
+		events(w, `{"type":"init","text":"c","timestamp":1}`, `{"type":"stdout","text":"FIRST\n","timestamp":1}`,
+			`{"type":"stdout","text":"`+strings.Repeat("x", 40<<20)+`","timestamp":1}`,
+			`{"type":"stdout","text":"LAST\n","timestamp":1}`, `{"type":"execution_complete","execution_time":1,"timestamp":2}`)
+	})
+	res := call(t, connect(t, api, Options{}), "command_run", map[string]any{"sandbox_id": "sb", "command": "x"})
+	if res.IsError {
+		t.Fatal(text(res))
+	}
+	ex := structured[Execution](t, res)
+	if out := ex.Logs.Stdout[0].Text; out != "FIRST\nLAST\n" || ex.Complete == nil {
+		t.Errorf("stdout %.100q, execution %+v", out, ex)
+	}
+}
