@@ -113,7 +113,7 @@ func parsePolicy(np *NetworkPolicy) (*egress.Policy, error) {
 // Egress is the service of egress policing: it plans how a sandbox's
 // policy is enforced, makes and starts its helper, keeps a control
 // session to its daemon, restores the daemon when it dies, and changes
-// the policy (egress_api.go).
+// the policy (egress_policy.go).
 type Egress struct {
 	*deps
 	links         egressLinks
