@@ -27,6 +27,12 @@ const (
 	LabelRenewExtend   = "opensandbox.io/access-renew-extend-seconds"
 )
 
+// Labels of idle pool members, which the reaper leaves to their pool.
+const (
+	LabelPool         = "opensandbox.io/sandboxd-pool"
+	LabelPoolRevision = "opensandbox.io/sandboxd-pool-revision"
+)
+
 // Ports every SDK resolves right after create.
 const (
 	ExecdPort  = 44772

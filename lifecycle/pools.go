@@ -38,12 +38,6 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/egress"
 )
 
-// Labels of idle pool members.
-const (
-	LabelPool         = "opensandbox.io/sandboxd-pool"
-	LabelPoolRevision = "opensandbox.io/sandboxd-pool-revision"
-)
-
 const (
 	// maxPoolSize bounds a pool's buffer, against typos that would start
 	// thousands of containers.
