@@ -6,10 +6,12 @@ package docs
 
 import (
 	"bufio"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -244,6 +246,55 @@ func TestConfigurationPageNamesEveryKey(t *testing.T) {
 	for _, k := range keys {
 		if !doc[k] {
 			t.Errorf("docs/configuration.md does not name %s", k)
+		}
+	}
+}
+
+// TestNamedTestsExist: every test a page names as proof of a claim
+// (`TestX`, `FuzzX` in backquotes) exists, so that a renamed or deleted
+// test cannot leave a claim without its proof.
+func TestNamedTestsExist(t *testing.T) {
+	nameRE := regexp.MustCompile("`((?:Test|Fuzz)[A-Za-z0-9_]+)")
+	named := map[string][]string{}
+	for _, page := range pages(t) {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range nameRE.FindAllStringSubmatch(string(data), -1) {
+			named[m[1]] = append(named[m[1]], page)
+		}
+	}
+	defined := map[string]bool{}
+	funcRE := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz)[A-Za-z0-9_]+)\(`)
+	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || d.Name() == ".git") {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range funcRE.FindAllStringSubmatch(string(data), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(named) < 50 {
+		t.Fatalf("only %d tests named in the docs: the scan is broken", len(named))
+	}
+	for _, n := range slices.Sorted(maps.Keys(named)) {
+		if !defined[n] {
+			t.Errorf("%s names %s, which no test file defines", strings.Join(named[n], ", "), n)
 		}
 	}
 }
