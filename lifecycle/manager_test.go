@@ -438,6 +438,7 @@ func TestPaginate(t *testing.T) {
 		{1, 200, []int{1, 2, 3, 4, 5}, Page{1, 200, 5, 1, false}},
 		{2, 4, []int{5}, Page{2, 4, 5, 2, false}},
 		{3, 4, []int{}, Page{3, 4, 5, 2, false}},
+		{700000000000000000, 20, []int{}, Page{700000000000000000, 20, 5, 1, false}}, // (page-1)*size overflows
 	}
 	for _, tt := range tests {
 		got, p, err := paginate(items, tt.page, tt.size)

@@ -905,7 +905,12 @@ func paginate[T any](items []T, page, size int) ([]T, Page, error) {
 	p := Page{Page: page, PageSize: size, TotalItems: len(items)}
 	p.TotalPages = (len(items) + size - 1) / size
 	p.HasNextPage = page < p.TotalPages
-	lo := min((page-1)*size, len(items))
+	// A page past the end is empty; (page-1)*size is computed only where
+	// it cannot overflow (a client may ask for page 7e17).
+	lo := len(items)
+	if page-1 <= len(items)/size {
+		lo = min((page-1)*size, len(items))
+	}
 	hi := min(lo+size, len(items))
 	return items[lo:hi], p, nil
 }
