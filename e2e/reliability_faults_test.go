@@ -66,11 +66,15 @@ func TestReliabilitySandboxFaults(t *testing.T) {
 	})
 
 	t.Run("main process OOM-killed", func(t *testing.T) {
-		// tail -c keeps the last 200 MB in memory: far more than 64Mi.
+		// tail -c keeps the last 200 MB in memory: far more than 64Mi. The
+		// main process waits for a command's file, so the kill comes after
+		// create answered; one at once fails the create instead
+		// (TestParityEntrypointExitsAtOnce).
 		sb := createSandbox(t, s, "/v1/sandboxes", busyboxWith(map[string]any{
-			"entrypoint":     []string{"sh", "-c", "head -c 300000000 /dev/zero | tail -c 200000000 > /dev/null"},
+			"entrypoint":     []string{"sh", "-c", "while [ ! -e /tmp/go ]; do sleep 1; done; head -c 300000000 /dev/zero | tail -c 200000000 > /dev/null"},
 			"resourceLimits": map[string]string{"cpu": "1", "memory": "64Mi"},
 		}))
+		runCommand(t, s, sb.ID, "touch /tmp/go")
 		got := waitState(t, s, sb.ID, "Failed", "Terminated")
 		if got.Status.State != "Failed" || (got.Status.Reason != "CONTAINER_OOM_KILLED" && !strings.Contains(got.Status.Message, "137")) {
 			t.Errorf("status %+v, want Failed, OOM-killed or with exit code 137", got.Status)
