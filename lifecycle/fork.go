@@ -51,6 +51,11 @@ const (
 
 	forkParallel = 3
 	forkDeadline = 30 * time.Minute
+	// forkRetention is how long a settled task (and its idempotency key)
+	// is kept after its last change; older ones are forgotten when the next
+	// fork is admitted or sandboxd starts, so the store does not grow with
+	// every fork ever made.
+	forkRetention = 7 * 24 * time.Hour
 	// MaxIdempotencyKey is the longest Idempotency-Key (upstream's).
 	MaxIdempotencyKey = 256
 )
@@ -179,7 +184,7 @@ func (f *Forks) Fork(ctx context.Context, sourceID string, req ForkRequest) (*Fo
 	defer done()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	tasks, err := f.store.Forks()
+	tasks, err := f.tasks()
 	if err != nil {
 		return nil, &Error{Kind: KindInternal, Code: CodeForkInternal, Message: "read fork tasks", Err: err}
 	}
@@ -345,6 +350,27 @@ func (f *Forks) ListForks(filter ForkFilter) ([]*ForkOperation, Page, error) {
 	return paginate(out, filter.Page, filter.PageSize)
 }
 
+// tasks reads every fork task, forgetting settled ones older than
+// forkRetention.
+func (f *Forks) tasks() ([]*ForkRecord, error) {
+	all, err := f.store.Forks()
+	if err != nil {
+		return nil, err
+	}
+	kept := all[:0]
+	for _, t := range all {
+		if t.settled() && !t.CleanupPending && f.now().Sub(t.UpdatedAt) > forkRetention {
+			if err := f.store.DeleteFork(t.ID); err != nil {
+				return nil, err
+			}
+			f.log.Debug("forgot a settled fork task", "fork_id", t.ID, "state", t.State)
+			continue
+		}
+		kept = append(kept, t)
+	}
+	return kept, nil
+}
+
 // errStopping ends a task's runner while sandboxd stops: the task stays
 // where it is and the next start resumes it.
 var errStopping = errors.New("sandboxd is stopping")
@@ -378,7 +404,7 @@ func (f *Forks) Resume() {
 	if f.rt.Features().Images == nil {
 		return // no fork can have been started
 	}
-	tasks, err := f.store.Forks()
+	tasks, err := f.tasks()
 	if err != nil {
 		f.log.Error("read fork tasks", "err", err)
 		return

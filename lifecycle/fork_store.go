@@ -13,3 +13,6 @@ func (s *BoltStore) Forks() ([]*ForkRecord, error) { return all[ForkRecord](s, b
 func (s *BoltStore) UpdateFork(id string, fn func(*ForkRecord) error) (*ForkRecord, error) {
 	return update(s, bucketForks, id, fn)
 }
+
+// DeleteFork forgets a fork task.
+func (s *BoltStore) DeleteFork(id string) error { return del(s, bucketForks, id) }

@@ -185,3 +185,54 @@ func TestForkResume(t *testing.T) {
 		t.Errorf("%d sandboxes, want the source and two targets", len(l))
 	}
 }
+
+// TestForkRetention: a settled task is forgotten (its idempotency key with
+// it) once it is older than forkRetention, when the next fork is admitted;
+// a younger one, and one whose clean-up is pending, are kept.
+func TestForkRetention(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	sb, _ := e.create(t, validRequest())
+	req := ForkRequest{Timeout: 600, Count: 1, IdempotencyKey: "k"}
+	old, err := e.m.Forks.Fork(ctx, sb.ID, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForkState(t, e.m.Forks, old.ID)
+	now := wireTime(e.clock.Now())
+	pending := &ForkRecord{ID: newID(), SourceID: sb.ID, State: ForkFailed, CleanupPending: true, CreatedAt: now, UpdatedAt: now}
+	if err := e.store.PutFork(pending); err != nil {
+		t.Fatal(err)
+	}
+	e.m.Forks.runMu.Lock()
+	e.m.Forks.running = map[string]bool{pending.ID: true} // no runner cleans it up here
+	e.m.Forks.runMu.Unlock()
+
+	e.clock.Advance(forkRetention - time.Minute)
+	young, err := e.m.Forks.Fork(ctx, sb.ID, ForkRequest{Timeout: 600, Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForkState(t, e.m.Forks, young.ID)
+	if _, err := e.m.Forks.GetFork(old.ID); err != nil {
+		t.Fatalf("a task younger than the retention: %v", err)
+	}
+
+	e.clock.Advance(2 * time.Minute)
+	again, err := e.m.Forks.Fork(ctx, sb.ID, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ID == old.ID {
+		t.Errorf("the key of a forgotten task gave back the task")
+	}
+	waitForkState(t, e.m.Forks, again.ID)
+	_, err = e.m.Forks.GetFork(old.ID)
+	wantCode(t, err, KindNotFound, CodeForkNotFound)
+	if _, err := e.m.Forks.GetFork(young.ID); err != nil {
+		t.Errorf("a task younger than the retention: %v", err)
+	}
+	if _, err := e.store.Fork(pending.ID); err != nil {
+		t.Errorf("a task with its clean-up pending: %v", err)
+	}
+}

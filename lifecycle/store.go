@@ -44,6 +44,7 @@ type Store interface {
 	Fork(id string) (*ForkRecord, error)
 	Forks() ([]*ForkRecord, error)
 	UpdateFork(id string, fn func(*ForkRecord) error) (*ForkRecord, error)
+	DeleteFork(id string) error
 
 	Close() error
 }
