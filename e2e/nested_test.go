@@ -27,7 +27,8 @@ func bubblewrapWith(fields map[string]any) map[string]any {
 // hides the sandbox's processes from what it runs; without the extension
 // bwrap fails as in any container; the sandbox still gains no capability,
 // runs as a non-root user, keeps its limits, cannot write the host's
-// kernel settings through its unmasked /proc, and reaches no other sandbox.
+// kernel settings through its unmasked /proc, and reaches no other sandbox;
+// a fork of it is nested too.
 func TestNestedSandbox(t *testing.T) {
 	s := startServer(t, withTOML("[sandbox]\nallow_nested = true\n"))
 	removeInstanceHelpersAtEnd(t, s)
@@ -113,6 +114,18 @@ func TestNestedSandbox(t *testing.T) {
 		}))
 		if out, code := policed.secShell(t, bwrapAll+" --share-net nc -w 5 "+ip+" 9999 </dev/null"); code == 0 || out == "hi" {
 			t.Errorf("a policed nested sandbox got out through bwrap: %q", out)
+		}
+	})
+
+	t.Run("a fork of it nests too", func(t *testing.T) {
+		op, seen := waitFork(t, s, postFork(t, s, nested.ID, map[string]any{"timeout": 600}, nil).ID)
+		if op.Status.State != "Succeeded" || len(op.SandboxIDs) != 1 {
+			t.Fatalf("fork of the nested sandbox settled %+v (states %v)", op, seen)
+		}
+		fork := op.SandboxIDs[0]
+		t.Cleanup(func() { execdDelete(t, s, fork) })
+		if out := runCommand(t, s, fork, "id -u; "+bwrapAll+" echo nested 2>&1"); out != "1000\nnested" {
+			t.Errorf("in the fork of a nested sandbox: %q, want uid 1000 and bwrap working", out)
 		}
 	})
 

@@ -238,8 +238,8 @@ func forkDigest(sourceID string, req ForkRequest) (string, error) {
 
 // plan checks the source and returns its targets' create request: the
 // request's overrides over what the source passes on (metadata, platform,
-// CPU and memory limits, the egress policy in force). The merged request
-// must pass a create's validation.
+// CPU and memory limits, the egress policy in force, the create's
+// extensions). The merged request must pass a create's validation.
 func (f *Forks) plan(ctx context.Context, sourceID string, req ForkRequest) (*CreateRequest, error) {
 	rec, c, err := f.source(ctx, sourceID)
 	if e, ok := AsError(err); ok && e.Kind == KindConflict {
@@ -263,6 +263,7 @@ func (f *Forks) plan(ctx context.Context, sourceID string, req ForkRequest) (*Cr
 		Timeout: &timeout, Env: o.Env, ResourceRequests: o.ResourceRequests,
 		Entrypoint: o.Entrypoint, Platform: rec.Platform, Metadata: maps.Clone(rec.Metadata),
 		ResourceLimits: inheritedLimits(c.Limits), NetworkPolicy: o.NetworkPolicy,
+		Extensions: maps.Clone(rec.Extensions),
 	}
 	if o.ResourceLimits != nil {
 		t.ResourceLimits = *o.ResourceLimits

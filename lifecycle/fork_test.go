@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -234,5 +235,32 @@ func TestForkRetention(t *testing.T) {
 	}
 	if _, err := e.store.Fork(pending.ID); err != nil {
 		t.Errorf("a task with its clean-up pending: %v", err)
+	}
+}
+
+// TestForkKeepsExtensions: a fork's sandboxes are made with the source's
+// create extensions, so a hardened source gives hardened forks.
+func TestForkKeepsExtensions(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	req := validRequest()
+	req.Extensions = map[string]string{ExtReadOnlyRootfs: "true", ExtRenewOnAccess: "600"}
+	src, _ := e.create(t, req)
+	op, err := e.m.Forks.Fork(ctx, src.ID, ForkRequest{Timeout: 600, Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op = waitForkState(t, e.m.Forks, op.ID); op.Status.State != ForkSucceeded {
+		t.Fatalf("fork settled %+v", op)
+	}
+	rec, err := e.store.Sandbox(op.SandboxIDs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rec.ReadOnlyRootfs || rec.RenewOnAccess != 600 || !maps.Equal(rec.Extensions, req.Extensions) {
+		t.Errorf("the fork's record: read-only %v, renew %d, extensions %v; want the source's %v", rec.ReadOnlyRootfs, rec.RenewOnAccess, rec.Extensions, req.Extensions)
+	}
+	if spec := e.rt.Spec(t, rec.ContainerID); !spec.ReadOnlyRoot {
+		t.Errorf("the fork's container is not read-only: %+v", spec)
 	}
 }

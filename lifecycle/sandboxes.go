@@ -200,8 +200,9 @@ func (s *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 		SnapshotID: req.SnapshotID, Platform: platform,
 		Entrypoint: req.Entrypoint, RenewOnAccess: renew, ManagedVolumes: p.volumes.managed,
 		IdleTimeout: int(s.cfg.Lifecycle.IdleTimeout.Seconds()), LastActivity: now,
-		ReadOnlyRootfs: hard.readOnlyRootfs, Sleep: sleep,
+		ReadOnlyRootfs: hard.readOnlyRootfs, Sleep: sleep, Extensions: maps.Clone(req.Extensions),
 	}
+	delete(p.rec.Extensions, ExtPoolRef)
 	p.rec.IdleTimeout = sleep.idleTimeout(p.rec.IdleTimeout)
 	if req.Image != nil {
 		p.rec.Image = image // a restore reports its snapshot, not the image

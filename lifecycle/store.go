@@ -95,6 +95,10 @@ type Record struct {
 	// ReadOnlyRootfs sandboxes get files through the agent: Docker's
 	// archive API refuses to write to them and cannot see their tmpfs.
 	ReadOnlyRootfs bool `json:"readOnlyRootfs,omitempty"`
+	// Extensions are the create's (poolRef aside): a fork's sandboxes are
+	// made with them, so they keep the source's hardening, nesting and
+	// sleep policy.
+	Extensions map[string]string `json:"extensions,omitempty"`
 	// NetworkPolicy is the egress policy in force (nil: none), enforced
 	// by the helper container EgressHelper forwarding allowed names to
 	// EgressUpstreams.
