@@ -151,7 +151,7 @@ func (s *Sandboxes) plan(ctx context.Context, req CreateRequest) (*createPlan, e
 	if err != nil {
 		return nil, err
 	}
-	sleep, err := s.sleepPolicy(req)
+	sleep, err := sleepPolicy(req, s.cfg.Lifecycle, s.rt)
 	if err != nil {
 		return nil, err
 	}

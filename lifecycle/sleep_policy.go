@@ -4,6 +4,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/config"
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // A sandbox may sleep instead of dying (docs/sleep.md): after a time
@@ -181,19 +184,19 @@ func (p *SleepPolicy) levels() []string {
 
 // checkSleepSupported refuses a policy whose sleep the runtime cannot
 // give: pausing needs runtime.Pauser, stopping runtime.Stopper.
-func (d *deps) checkSleepSupported(p *SleepPolicy) error {
+func checkSleepSupported(p *SleepPolicy, rt runtime.Runtime) error {
 	if p == nil {
 		return nil
 	}
 	for _, level := range p.levels() {
 		switch level {
 		case actionPause:
-			if d.rt.Features().Pauser == nil {
-				return errf(KindInvalid, CodeAPINotSupported, "sleep by pause (extensions %q or %q = pause) is not supported when runtime.type='%s'", ExtIdleAction, ExtExpireAction, d.rt.Name())
+			if rt.Features().Pauser == nil {
+				return errf(KindInvalid, CodeAPINotSupported, "sleep by pause (extensions %q or %q = pause) is not supported when runtime.type='%s'", ExtIdleAction, ExtExpireAction, rt.Name())
 			}
 		case actionStop:
-			if d.rt.Features().Stopper == nil {
-				return errf(KindInvalid, CodeAPINotSupported, "sleep by stop (extensions %q or %q = stop) is not supported when runtime.type='%s'", ExtIdleAction, ExtExpireAction, d.rt.Name())
+			if rt.Features().Stopper == nil {
+				return errf(KindInvalid, CodeAPINotSupported, "sleep by stop (extensions %q or %q = stop) is not supported when runtime.type='%s'", ExtIdleAction, ExtExpireAction, rt.Name())
 			}
 		}
 	}
@@ -202,8 +205,7 @@ func (d *deps) checkSleepSupported(p *SleepPolicy) error {
 
 // sleepPolicy is a create's sleep policy, read against the server's
 // settings and checked against the runtime.
-func (d *deps) sleepPolicy(req CreateRequest) (*SleepPolicy, error) {
-	lc := d.cfg.Lifecycle
+func sleepPolicy(req CreateRequest, lc config.Lifecycle, rt runtime.Runtime) (*SleepPolicy, error) {
 	lim := sleepLimits{minIdle: minSleepIdle, defaultIdle: int(lc.SleepAfterIdle.Seconds()), defaultAction: lc.SleepAction}
 	if lc.TestMinIdleSeconds > 0 {
 		lim.minIdle = lc.TestMinIdleSeconds
@@ -212,7 +214,7 @@ func (d *deps) sleepPolicy(req CreateRequest) (*SleepPolicy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p, d.checkSleepSupported(p)
+	return p, checkSleepSupported(p, rt)
 }
 
 // idleTimeout is the idle timeout a sandbox gets given the server's: its
