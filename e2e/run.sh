@@ -6,13 +6,14 @@
 set -uo pipefail
 
 # Set-up installs packages and starts dockerd: as a user with sudo, the
-# script runs itself again as root.
+# script runs itself again as root, with the user's PATH (sudo's
+# secure_path would hide a Go or Node installed under /usr/local or $HOME).
 if [ "$(id -u)" != 0 ]; then
 	command -v sudo >/dev/null || {
 		echo "e2e/run.sh: run as root (or as a user with sudo)" >&2
 		exit 1
 	}
-	exec sudo -E bash "$0" "$@"
+	exec sudo -E env "PATH=$PATH" bash "$0" "$@"
 fi
 
 cd "$(dirname "$0")/.." || exit 1
