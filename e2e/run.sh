@@ -7,13 +7,15 @@ set -uo pipefail
 
 # Set-up installs packages and starts dockerd: as a user with sudo, the
 # script runs itself again as root, with the user's PATH (sudo's
-# secure_path would hide a Go or Node installed under /usr/local or $HOME).
+# secure_path would hide a Go or Node installed under /usr/local or $HOME)
+# but root's HOME, so that root's Go caches do not land in the user's
+# home, where the user's own builds could no longer write them.
 if [ "$(id -u)" != 0 ]; then
 	command -v sudo >/dev/null || {
 		echo "e2e/run.sh: run as root (or as a user with sudo)" >&2
 		exit 1
 	}
-	exec sudo -E env "PATH=$PATH" bash "$0" "$@"
+	exec sudo -E -H env "PATH=$PATH" bash "$0" "$@"
 fi
 
 cd "$(dirname "$0")/.." || exit 1
