@@ -148,6 +148,9 @@ func TestBuildPodRefuses(t *testing.T) {
 func runningOnCreate(cs *fake.Clientset) {
 	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
 		pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		// The API server stamps every object; without it a leader's reaper
+		// takes a pod whose create is finishing for one left long ago.
+		pod.CreationTimestamp = metav1.Now()
 		if pod.Spec.Containers[0].Image == "missing" {
 			pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: sandboxContainer,
 				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: "image not present"}}}}
