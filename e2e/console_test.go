@@ -43,6 +43,43 @@ func consoleBrowser(t *testing.T) (browser, dir string) {
 	return browser, dir
 }
 
+// screenshotDir is where a browser test's screenshots go:
+// $SANDBOXD_ARTIFACTS/console, else a kept temporary directory named in
+// the log.
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	if a := os.Getenv("SANDBOXD_ARTIFACTS"); a != "" {
+		return filepath.Join(a, "console")
+	}
+	d, err := os.MkdirTemp("", "sandboxd-console-screenshots-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("console screenshots: %s", d)
+	return d
+}
+
+// runConsoleScript runs a browser script of e2e/console with node and
+// env added to the test's, and returns its output; the test fails unless
+// the script ran to its final OK.
+func runConsoleScript(t *testing.T, dir, script string, env ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), consoleWait)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	t.Logf("node %s:\n%s", script, out)
+	if err != nil {
+		t.Fatalf("the browser test failed: %v", err)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(string(out)), "OK") {
+		t.Fatal("the browser test did not finish")
+	}
+	return out
+}
+
 // TestConsoleBrowser drives the web console in Debian's chromium with
 // playwright-core (e2e/console/console.test.mjs) against a real sandboxd:
 // sign in (a wrong key refused), see a sandbox appear, run a command and see
@@ -51,38 +88,15 @@ func consoleBrowser(t *testing.T) (browser, dir string) {
 // directory named in the log.
 func TestConsoleBrowser(t *testing.T) {
 	browser, dir := consoleBrowser(t)
-	shots := os.Getenv("SANDBOXD_ARTIFACTS")
-	if shots != "" {
-		shots = filepath.Join(shots, "console")
-	} else {
-		d, err := os.MkdirTemp("", "sandboxd-console-screenshots-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		shots = d
-	}
-	t.Logf("console screenshots: %s", shots)
-
+	shots := screenshotDir(t)
 	s := startServer(t, withTOML("[[pool]]\nname = \"console-pool\"\nimage = \""+imageBusybox+"\"\nsize = 1"))
-	ctx, cancel := context.WithTimeout(t.Context(), consoleWait)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "console.test.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
+	out := runConsoleScript(t, dir, "console.test.mjs",
 		"SANDBOXD_URL="+s.URL,
 		"SANDBOXD_API_KEY="+s.APIKey,
 		"SANDBOXD_IMAGE="+imageBusybox,
 		"SANDBOXD_ARTIFACTS="+shots,
 		"CHROMIUM="+browser,
 	)
-	out, err := cmd.CombinedOutput()
-	t.Logf("node console.test.mjs:\n%s", out)
-	if err != nil {
-		t.Fatalf("the browser test failed: %v", err)
-	}
-	if !strings.HasSuffix(strings.TrimSpace(string(out)), "OK") {
-		t.Fatal("the browser test did not finish")
-	}
 
 	// What the browser did, seen through the API and the server's log.
 	m := regexp.MustCompile(`(?m)^SANDBOX (\S+)$`).FindSubmatch(out)

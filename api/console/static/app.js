@@ -267,7 +267,10 @@ function showList() {
       const last = activity[sb.id];
       return h('tr', { 'data-id': sb.id },
         h('td', { class: 'nowrap' }, h('a', { href: `#/sandbox/${enc(sb.id)}`, class: 'mono' }, sb.id)),
-        h('td', {}, badge(sb.status.state)),
+        // Why it is not running (asleep on idle, paused by hand, killed for
+        // memory…); a running sandbox's reason says nothing more.
+        h('td', { class: 'nowrap' }, badge(sb.status.state), sb.status.state !== 'Running' && sb.status.reason
+          ? h('span', { class: 'muted small reason' }, ' ' + sb.status.reason) : null),
         h('td', { class: 'mono small nowrap' }, sb.image ? sb.image.uri : (sb.snapshotId ? `snapshot ${sb.snapshotId}` : '—')),
         h('td', {}, chips(sb.metadata)),
         h('td', { class: `num ${exp.cls}`, title: sb.expiresAt ? localTime(sb.expiresAt) : 'manual clean-up' }, exp.text),
