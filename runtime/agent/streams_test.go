@@ -202,9 +202,9 @@ func TestStreamCap(t *testing.T) {
 // streams opened with odd ids, as sandboxd's own are: none of it reaches
 // yamux.
 func TestAgentPingsAndOddStreamsDropped(t *testing.T) {
-	done := make(chan struct{})
+	before := runtime.NumGoroutine()
+	written, release := make(chan struct{}), make(chan struct{})
 	c, _, _ := dialPipes(t, func(stdin io.Reader, stdout io.Writer) error {
-		defer close(done)
 		frame := func(typ byte, flags uint16, id, length uint32) []byte {
 			h := make([]byte, yamuxHeaderSize)
 			h[1] = typ
@@ -221,13 +221,23 @@ func TestAgentPingsAndOddStreamsDropped(t *testing.T) {
 			out = append(out, frame(yamuxTypeData, yamuxFlagSYN, id, 4096)...)
 			out = append(out, make([]byte, 4096)...)
 		}
-		_, err := stdout.Write(out) // and never reads stdin
+		_, err := stdout.Write(out)
+		close(written)
+		<-release // stdin stays open and unread while the test counts
 		return err
 	})
-	<-done
-	time.Sleep(200 * time.Millisecond) // the last frames read after the write returned
-	if n := runtime.NumGoroutine(); n > 200 {
-		t.Errorf("%d goroutines after a ping flood", n)
+	t.Cleanup(func() { close(release) })
+	<-written
+	// The last frames are read after the write returned, and goroutines of
+	// earlier tests may still be ending: wait for the count to settle. A
+	// ping that reached yamux would hold a goroutine waiting to send its
+	// answer into the unread pipe.
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > before+100 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before+100 {
+		t.Errorf("%d goroutines after a ping flood, %d before", n, before)
 	}
 	if n := c.session.NumStreams(); n != 0 {
 		t.Errorf("sandboxd's session holds %d streams the agent side opened", n)
