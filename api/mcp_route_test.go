@@ -148,9 +148,10 @@ func TestMCPRequestsCapped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The held requests reach the handler soon after their first bytes.
+	// The held requests reach the handler soon after their first bytes (a
+	// loaded machine may take seconds).
 	r := e.do(t, http.MethodPost, "/mcp", mcpInitialize, withHeaders(nil))
-	for i := 0; i < 100 && r.status != http.StatusTooManyRequests; i++ {
+	for deadline := time.Now().Add(15 * time.Second); r.status != http.StatusTooManyRequests && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 		r = e.do(t, http.MethodPost, "/mcp", mcpInitialize, withHeaders(nil))
 	}
