@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -126,7 +127,9 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestMCPRequestsCapped(t *testing.T) {
 	e := newEnv(t, nil)
 	var writers []*io.PipeWriter
-	done := make(chan struct{}, maxMCPRequests)
+	// Each held request reports how it ended: none may end before its
+	// body does.
+	done := make(chan string, maxMCPRequests)
 	for range maxMCPRequests {
 		pr, pw := io.Pipe()
 		writers = append(writers, pw)
@@ -136,11 +139,14 @@ func TestMCPRequestsCapped(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", mcpHeaders["Accept"])
 		go func() {
-			if res, err := e.srv.Client().Do(req); err == nil {
-				_, _ = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
+			res, err := e.srv.Client().Do(req)
+			if err != nil {
+				done <- err.Error()
+				return
 			}
-			done <- struct{}{}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			done <- fmt.Sprintf("%d %.200s", res.StatusCode, body)
 		}()
 	}
 	for _, pw := range writers {
@@ -154,6 +160,11 @@ func TestMCPRequestsCapped(t *testing.T) {
 	for deadline := time.Now().Add(15 * time.Second); r.status != http.StatusTooManyRequests && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 		r = e.do(t, http.MethodPost, "/mcp", mcpInitialize, withHeaders(nil))
+	}
+	select {
+	case end := <-done:
+		t.Fatalf("a held request ended before its body did: %s", end)
+	default:
 	}
 	wantError(t, r, http.StatusTooManyRequests, codeTooManyRequests)
 	for _, pw := range writers {
