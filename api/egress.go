@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -34,10 +33,8 @@ func (s *Server) handleEgress(w http.ResponseWriter, r *http.Request, id, rest s
 	if !ok {
 		return
 	}
-	release, ok := s.inflight.acquire(id, cred)
+	release, ok := s.admitProxied(w, r, id, cred)
 	if !ok {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, r, http.StatusTooManyRequests, codeTooManyRequests, fmt.Sprintf("too many requests in flight to sandbox %s or with this credential ([server] max_proxy_requests_per_sandbox, max_proxy_requests_per_token)", id))
 		return
 	}
 	defer release()

@@ -1,6 +1,10 @@
 package api
 
-import "sync"
+import (
+	"fmt"
+	"net/http"
+	"sync"
+)
 
 // inflight counts the proxied requests in flight per sandbox and per
 // credential, so that neither a sandbox (answering slowly, or with large
@@ -40,4 +44,15 @@ func (f *inflight) done(keys ...string) {
 			delete(f.n, k) // the map holds only what is in flight
 		}
 	}
+}
+
+// admitProxied takes an in-flight slot for a request to sandbox id with
+// credential cred, or answers 429 and returns false.
+func (s *Server) admitProxied(w http.ResponseWriter, r *http.Request, id, cred string) (release func(), ok bool) {
+	release, ok = s.inflight.acquire(id, cred)
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, r, http.StatusTooManyRequests, codeTooManyRequests, fmt.Sprintf("too many requests in flight to sandbox %s or with this credential ([server] max_proxy_requests_per_sandbox, max_proxy_requests_per_token)", id))
+	}
+	return release, ok
 }
